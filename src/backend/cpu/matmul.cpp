@@ -1,0 +1,164 @@
+// CPU matmul: the per-type kernel table, activation conversion, the thread split and the
+// double-precision reference.
+//
+// Work split: the n_out weight rows go out in chunks (multiples of 16 rows) through an atomic
+// counter. Inside a chunk the tokens are walked in tiles of kMaxTokenTile: for each tile every row
+// of the chunk is dotted with all the tile's tokens at once (one weight-block unpack per tile), so
+// a chunk of weights stays in L1/L2 while the activations stream by, and each weight byte comes
+// from memory once per call.
+#include <algorithm>
+#include <atomic>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/vec_dot.h"
+#include "core/quant.h"
+#include "core/status.h"
+
+namespace mvllm {
+namespace {
+
+// clang-format off
+const VecDotTraits kVecDotTable[] = {
+    // weight      act          dot: scalar           avx2             avx512
+    {DType::F32,  DType::F32,  {scalar::dot_f32,  avx2::dot_f32,  nullptr},
+                               {scalar::quantize_f32, scalar::quantize_f32, nullptr}},
+    {DType::F16,  DType::F32,  {scalar::dot_f16,  avx2::dot_f16,  nullptr},
+                               {scalar::quantize_f32, scalar::quantize_f32, nullptr}},
+    {DType::BF16, DType::F32,  {scalar::dot_bf16, avx2::dot_bf16, nullptr},
+                               {scalar::quantize_f32, scalar::quantize_f32, nullptr}},
+    {DType::Q8_0, DType::Q8_0, {scalar::dot_q8_0, avx2::dot_q8_0, avx512::dot_q8_0},
+                               {quantize_row_q8_0, avx2::quantize_q8_0, nullptr}},
+    {DType::Q4_0, DType::Q8_0, {scalar::dot_q4_0, avx2::dot_q4_0, avx512::dot_q4_0},
+                               {quantize_row_q8_0, avx2::quantize_q8_0, nullptr}},
+    {DType::Q4_K, DType::Q8_K, {scalar::dot_q4_K, avx2::dot_q4_K, avx512::dot_q4_K},
+                               {quantize_row_q8_K, avx2::quantize_q8_K, nullptr}},
+    {DType::Q5_K, DType::Q8_K, {scalar::dot_q5_K, avx2::dot_q5_K, nullptr},
+                               {quantize_row_q8_K, avx2::quantize_q8_K, nullptr}},
+    {DType::Q6_K, DType::Q8_K, {scalar::dot_q6_K, avx2::dot_q6_K, avx512::dot_q6_K},
+                               {quantize_row_q8_K, avx2::quantize_q8_K, nullptr}},
+};
+// clang-format on
+
+constexpr size_t kAlign = 64;
+inline size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// Rows per work chunk: about 4 chunks per thread for load balance, a multiple of 16 rows.
+int64_t rows_per_chunk(int64_t n_out, int n_threads) {
+    const int64_t target = (n_out + 4 * n_threads - 1) / (4 * n_threads);
+    return std::max<int64_t>(16, (target + 15) / 16 * 16);
+}
+
+}  // namespace
+
+const VecDotTraits& vec_dot_traits(DType weight) {
+    for (const auto& t : kVecDotTable)
+        if (t.weight == weight) return t;
+    MVLLM_CHECK(false) << "matmul: no CPU kernels for weight type " << type_name(weight);
+    return kVecDotTable[0];
+}
+
+VecDotFn vec_dot_fn(const VecDotTraits& t, CpuIsa isa) {
+    for (int i = static_cast<int>(isa); i >= 0; --i)
+        if (t.dot[i]) return t.dot[i];
+    return nullptr;
+}
+
+ActQuantizeFn act_quantize_fn(const VecDotTraits& t, CpuIsa isa) {
+    for (int i = static_cast<int>(isa); i >= 0; --i)
+        if (t.quantize[i]) return t.quantize[i];
+    return nullptr;
+}
+
+void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const TensorView& out,
+            MatmulScratch& scratch, CpuIsa isa) {
+    const int64_t n_in = w.ne[0], n_out = w.ne[1], n_tokens = x.ne[1];
+    MVLLM_CHECK(w.ne[2] == 1 && w.ne[3] == 1) << "matmul: weight must be 2-D";
+    MVLLM_CHECK(x.ne[0] == n_in && x.ne[2] == 1 && x.ne[3] == 1) << "matmul: x " << shape_string(x.ne)
+                                                                 << " vs w " << shape_string(w.ne);
+    MVLLM_CHECK(x.type == DType::F32 || x.type == DType::F16) << "matmul: x must be f32 or f16";
+    MVLLM_CHECK(out.type == DType::F32 && out.ne[0] == n_out && out.ne[1] == n_tokens)
+        << "matmul: out " << shape_string(out.ne);
+    if (n_out == 0 || n_tokens == 0) return;
+    if (isa == CpuIsa::Avx512 && cpu_isa() != CpuIsa::Avx512) isa = cpu_isa();
+    if (isa == CpuIsa::Avx2 && cpu_isa() == CpuIsa::Scalar) isa = CpuIsa::Scalar;
+
+    const VecDotTraits& traits = vec_dot_traits(w.type);
+    const VecDotFn dot = vec_dot_fn(traits, isa);
+    const ActQuantizeFn quantize = act_quantize_fn(traits, isa);
+
+    // ---- activations: [n_tokens] rows of traits.act, act_row_bytes apart ----
+    const bool x_is_f32 = x.type == DType::F32;
+    const bool act_is_x = traits.act == DType::F32 && x_is_f32;  // f32 weights read x in place
+    const size_t act_row_bytes = act_is_x ? n_in * sizeof(float) : align_up(row_size(traits.act, n_in));
+    const size_t f32_row_bytes = align_up(n_in * sizeof(float));
+    const size_t act_bytes = act_is_x ? 0 : act_row_bytes * n_tokens;
+    const size_t f32_bytes = x_is_f32 ? 0 : f32_row_bytes * n_tokens;  // [n_tokens][n_in] f32 copy
+    if (scratch.buffer.size() < act_bytes + f32_bytes + kAlign) scratch.buffer.resize(act_bytes + f32_bytes + kAlign);
+    uint8_t* base = scratch.buffer.data();
+    base += (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;
+    uint8_t* act = act_is_x ? static_cast<uint8_t*>(x.data) : base;
+    uint8_t* x_f32 = base + act_bytes;
+
+    auto convert_tokens = [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+            const float* src = static_cast<const float*>(x.row(t));
+            if (!x_is_f32) {
+                float* tmp = reinterpret_cast<float*>(x_f32 + t * f32_row_bytes);
+                const auto* h = static_cast<const uint16_t*>(x.row(t));
+                if (isa == CpuIsa::Scalar)
+                    for (int64_t i = 0; i < n_in; ++i) tmp[i] = f16_to_f32(h[i]);
+                else
+                    avx2::convert_f16_to_f32(h, tmp, n_in);
+                src = tmp;
+            }
+            quantize(src, act + t * act_row_bytes, n_in);
+        }
+    };
+    if (!act_is_x) {
+        if (n_tokens == 1 || pool.size() == 1) convert_tokens(0, n_tokens);
+        else pool.parallel_for(n_tokens, convert_tokens);
+    }
+
+    // ---- rows: chunks through an atomic counter; tokens in tiles of kMaxTokenTile ----
+    const int64_t chunk = rows_per_chunk(n_out, pool.size());
+    const int64_t n_chunks = (n_out + chunk - 1) / chunk;
+    float* y = static_cast<float*>(out.data);
+    std::atomic<int64_t> next_chunk{0};
+    pool.run([&](int, int) {
+        float tile_out[kMaxTokenTile];
+        for (int64_t c = next_chunk.fetch_add(1, std::memory_order_relaxed); c < n_chunks;
+             c = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
+            const int64_t r0 = c * chunk, r1 = std::min(n_out, r0 + chunk);
+            for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokenTile) {
+                const int n_x = static_cast<int>(std::min<int64_t>(kMaxTokenTile, n_tokens - t0));
+                const uint8_t* xt = act + t0 * act_row_bytes;
+                for (int64_t r = r0; r < r1; ++r) {
+                    dot(n_in, w.row(r), xt, act_row_bytes, n_x, tile_out);
+                    for (int j = 0; j < n_x; ++j) y[(t0 + j) * n_out + r] = tile_out[j];
+                }
+            }
+        }
+    });
+}
+
+void matmul_reference(const TensorView& w, const TensorView& x, const TensorView& out) {
+    const int64_t n_in = w.ne[0], n_out = w.ne[1], n_tokens = x.ne[1];
+    MVLLM_CHECK(x.ne[0] == n_in && out.ne[0] == n_out && out.ne[1] == n_tokens && out.type == DType::F32)
+        << "matmul_reference: shapes";
+    std::vector<float> xf(n_in * n_tokens);  // [n_tokens][n_in] f32
+    for (int64_t t = 0; t < n_tokens; ++t) dequantize_row(x.type, x.row(t), xf.data() + t * n_in, n_in);
+    std::vector<float> wf(n_in);  // [n_in] f32, one dequantised weight row
+    float* y = static_cast<float*>(out.data);
+    for (int64_t r = 0; r < n_out; ++r) {
+        dequantize_row(w.type, w.row(r), wf.data(), n_in);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            double sum = 0.0;
+            const float* xr = xf.data() + t * n_in;
+            for (int64_t i = 0; i < n_in; ++i) sum += static_cast<double>(wf[i]) * xr[i];
+            y[t * n_out + r] = static_cast<float>(sum);
+        }
+    }
+}
+
+}  // namespace mvllm

@@ -1,0 +1,269 @@
+// CPU matmul parity: every (weight type x shape x n_tokens x x dtype x ISA) against the double
+// precision reference on dequantised weights, and every SIMD kernel against the scalar kernel of
+// the same type on identical inputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/vec_dot.h"
+#include "core/quant.h"
+#include "core/types.h"
+
+namespace mvllm {
+namespace {
+
+const DType kWeightTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0,
+                              DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+std::vector<CpuIsa> available_isas() {
+    std::vector<CpuIsa> isas = {CpuIsa::Scalar};
+    if (cpu_isa() != CpuIsa::Scalar) isas.push_back(CpuIsa::Avx2);
+    if (cpu_isa() == CpuIsa::Avx512) isas.push_back(CpuIsa::Avx512);
+    return isas;
+}
+
+std::vector<float> random_floats(int64_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto& f : v) f = dist(rng);
+    return v;
+}
+
+// A [rows][n] matrix of `type` quantised from random floats (the core reference quantiser).
+std::vector<uint8_t> make_matrix(DType type, int64_t n, int64_t rows, uint32_t seed) {
+    const std::vector<float> f = random_floats(n * rows, seed, 0.5f);
+    std::vector<uint8_t> out(row_size(type, n) * rows);
+    for (int64_t r = 0; r < rows; ++r) quantize_row(type, f.data() + r * n, out.data() + r * row_size(type, n), n);
+    return out;
+}
+
+// Worst-case error of the activation format `act` for the x row: each value is off by at most
+// ~0.5 of its block's step (amax / 127), plus the f16 rounding of a Q8_0 scale (2^-11 * 127
+// steps, i.e. +0.062 step). Returns per-value bounds; all zero for f32 activations.
+std::vector<double> activation_error_bound(DType act, const float* x, int64_t n) {
+    std::vector<double> e(n, 0.0);
+    if (act == DType::F32) return e;
+    const int64_t block = act == DType::Q8_0 ? QK8_0 : QK_K;
+    const double steps = act == DType::Q8_0 ? 0.5 + 127.0 / 2048.0 + 1e-3 : 0.5 + 1e-3;
+    for (int64_t b = 0; b < n; b += block) {
+        double amax = 0.0;
+        for (int64_t i = b; i < b + block; ++i) amax = std::max(amax, (double)std::fabs(x[i]));
+        for (int64_t i = b; i < b + block; ++i) e[i] = steps * amax / 127.0;
+    }
+    return e;
+}
+
+struct Case {
+    DType type;
+    int64_t n_in, n_out, n_tokens;
+    DType x_type;
+    CpuIsa isa;
+};
+
+std::string case_name(const Case& c) {
+    return std::string(type_name(c.type)) + " " + std::to_string(c.n_in) + "x" + std::to_string(c.n_out) +
+           " tokens=" + std::to_string(c.n_tokens) + " x=" + type_name(c.x_type) + " isa=" + cpu_isa_name(c.isa);
+}
+
+// matmul vs matmul_reference. Tolerance per output: sum_i |w_i| * e_i (the activation
+// quantisation bound above, exact worst case) + 2e-6 * sum_i |w_i x_i| (f32 accumulation in a
+// different order over up to 4864 terms: ~n * 2^-24 relative worst case would be 3e-4; blocked
+// sums keep the real error orders of magnitude lower, 2e-6 is still > 30x what we observe).
+void run_case(const Case& c, ThreadPool& pool) {
+    SCOPED_TRACE(case_name(c));
+    const std::vector<uint8_t> w_data = make_matrix(c.type, c.n_in, c.n_out, 1234u + c.n_in + c.n_out);
+    const std::vector<float> xf = random_floats(c.n_in * c.n_tokens, 99u + c.n_tokens);
+    std::vector<uint8_t> x_data(row_size(c.x_type, c.n_in) * c.n_tokens);
+    for (int64_t t = 0; t < c.n_tokens; ++t)
+        quantize_row(c.x_type, xf.data() + t * c.n_in, x_data.data() + t * row_size(c.x_type, c.n_in), c.n_in);
+    std::vector<float> x_back(c.n_in * c.n_tokens);  // x as the kernels see it (after f16 rounding)
+    for (int64_t t = 0; t < c.n_tokens; ++t)
+        dequantize_row(c.x_type, x_data.data() + t * row_size(c.x_type, c.n_in), x_back.data() + t * c.n_in, c.n_in);
+
+    TensorView w{c.type, {c.n_in, c.n_out, 1, 1}, const_cast<uint8_t*>(w_data.data())};
+    TensorView x{c.x_type, {c.n_in, c.n_tokens, 1, 1}, x_data.data()};
+    std::vector<float> got(c.n_out * c.n_tokens, -1.0f), want(c.n_out * c.n_tokens);
+    TensorView out{DType::F32, {c.n_out, c.n_tokens, 1, 1}, got.data()};
+    TensorView out_ref{DType::F32, {c.n_out, c.n_tokens, 1, 1}, want.data()};
+    MatmulScratch scratch;
+    matmul(pool, w, x, out, scratch, c.isa);
+    matmul_reference(w, x, out_ref);
+
+    const DType act = vec_dot_traits(c.type).act;
+    std::vector<std::vector<double>> e_tokens;  // [n_tokens][n_in] per-value activation error bound
+    for (int64_t t = 0; t < c.n_tokens; ++t)
+        e_tokens.push_back(activation_error_bound(act, x_back.data() + t * c.n_in, c.n_in));
+    std::vector<float> w_row(c.n_in);
+    int failures = 0;
+    double worst_ratio = 0.0;
+    for (int64_t r = 0; r < c.n_out; ++r) {
+        dequantize_row(c.type, w.row(r), w_row.data(), c.n_in);
+        for (int64_t t = 0; t < c.n_tokens; ++t) {
+            const float* xr = x_back.data() + t * c.n_in;
+            const std::vector<double>& e = e_tokens[t];
+            double bound = 0.0, mag = 0.0;
+            for (int64_t i = 0; i < c.n_in; ++i) {
+                bound += std::fabs(w_row[i]) * e[i];
+                mag += std::fabs((double)w_row[i] * xr[i]);
+            }
+            const double tol = bound + 2e-6 * mag + 1e-6;
+            const double err = std::fabs((double)got[t * c.n_out + r] - want[t * c.n_out + r]);
+            worst_ratio = std::max(worst_ratio, err / tol);
+            if (err > tol && ++failures <= 5)
+                ADD_FAILURE() << "row " << r << " token " << t << ": got " << got[t * c.n_out + r] << " want "
+                              << want[t * c.n_out + r] << " err " << err << " tol " << tol;
+        }
+    }
+    EXPECT_EQ(failures, 0);
+    if (std::getenv("MVLLM_TEST_VERBOSE")) std::printf("%-50s worst err/tol %.3f\n", case_name(c).c_str(), worst_ratio);
+}
+
+TEST(MatmulParity, AllTypesShapesTokensIsas) {
+    ThreadPool pool(3);  // 3 threads: chunks do not divide evenly
+    const int64_t shapes[][2] = {{256, 37}, {896, 67}, {4864, 19}, {512, 16}};
+    for (DType type : kWeightTypes)
+        for (const auto& s : shapes) {
+            if (s[0] % type_traits(type).block_size != 0) continue;  // e.g. 896 is not a K-quant row
+            for (int64_t n_tokens : {1, 3, 17})
+                for (DType x_type : {DType::F32, DType::F16})
+                    for (CpuIsa isa : available_isas()) run_case({type, s[0], s[1], n_tokens, x_type, isa}, pool);
+        }
+}
+
+TEST(MatmulParity, SingleThreadAndManyRows) {
+    ThreadPool pool(1);
+    for (CpuIsa isa : available_isas()) {
+        run_case({DType::Q4_0, 896, 301, 5, DType::F32, isa}, pool);
+        run_case({DType::Q6_K, 256, 150, 4, DType::F32, isa}, pool);
+    }
+}
+
+// ---- SIMD kernels vs scalar kernels on identical (random-bit) blocks ----------------------------
+
+// Random bytes for every block field, with the f16/f32 scales replaced by sane finite values: this
+// reaches corners the quantiser never produces (Q8_0 weight -128, Q6_K scale -128, 6-bit scale 63).
+std::vector<uint8_t> random_blocks(DType type, int64_t n, int64_t rows, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<uint8_t> data(row_size(type, n) * rows);
+    for (auto& b : data) b = static_cast<uint8_t>(rng());
+    std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+    const TypeTraits& tt = type_traits(type);
+    const int64_t n_blocks = n / tt.block_size * rows;
+    for (int64_t i = 0; i < n_blocks; ++i) {
+        uint8_t* blk = data.data() + i * tt.type_size;
+        const f16_t d = f32_to_f16(scale(rng)), dmin = f32_to_f16(scale(rng));
+        switch (type) {
+            case DType::Q8_0: std::memcpy(blk, &d, 2); break;
+            case DType::Q4_0: std::memcpy(blk, &d, 2); break;
+            case DType::Q4_K:
+            case DType::Q5_K: std::memcpy(blk, &d, 2), std::memcpy(blk + 2, &dmin, 2); break;
+            case DType::Q6_K: std::memcpy(blk + offsetof(BlockQ6_K, d), &d, 2); break;
+            default: break;
+        }
+    }
+    if (!tt.is_quantized) {  // plain floats: random finite values
+        std::vector<float> f = random_floats(n * rows, seed);
+        for (int64_t i = 0; i < n * rows; ++i) {
+            if (type == DType::F32) std::memcpy(data.data() + 4 * i, &f[i], 4);
+            if (type == DType::F16) { const f16_t h = f32_to_f16(f[i]); std::memcpy(data.data() + 2 * i, &h, 2); }
+            if (type == DType::BF16) { const bf16_t h = f32_to_bf16(f[i]); std::memcpy(data.data() + 2 * i, &h, 2); }
+        }
+    }
+    return data;
+}
+
+// Activations: Q8_0 / Q8_K rows with q in [-127, 127] (as the quantisers produce) and correct bsums.
+std::vector<uint8_t> random_activations(DType act, int64_t n, int n_rows, uint32_t seed) {
+    std::vector<uint8_t> data(row_size(act, n) * n_rows);
+    if (act == DType::F32) {
+        const std::vector<float> f = random_floats(n * n_rows, seed);
+        std::memcpy(data.data(), f.data(), data.size());
+        return data;
+    }
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> q(-127, 127);
+    std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+    if (act == DType::Q8_0) {
+        auto* b = reinterpret_cast<BlockQ8_0*>(data.data());
+        for (int64_t i = 0; i < n / QK8_0 * n_rows; ++i) {
+            b[i].d = f32_to_f16(scale(rng));
+            for (auto& v : b[i].qs) v = static_cast<int8_t>(q(rng));
+        }
+    } else {
+        auto* b = reinterpret_cast<BlockQ8_K*>(data.data());
+        for (int64_t i = 0; i < n / QK_K * n_rows; ++i) {
+            b[i].d = scale(rng);
+            for (auto& v : b[i].qs) v = static_cast<int8_t>(q(rng));
+            for (int k = 0; k < QK_K / 16; ++k) {
+                int s = 0;
+                for (int j = 0; j < 16; ++j) s += b[i].qs[16 * k + j];
+                b[i].bsums[k] = static_cast<int16_t>(s);
+            }
+        }
+    }
+    return data;
+}
+
+// SIMD and scalar kernels compute the same exact int32 block sums and differ only in the order of
+// f32 additions: |diff| <= 1e-5 * max(1, sum of |block contributions|) (n <= 4864, eps 6e-8).
+TEST(MatmulKernels, SimdMatchesScalar) {
+    for (DType type : kWeightTypes) {
+        const VecDotTraits& t = vec_dot_traits(type);
+        for (int64_t n : {256, 896, 4864}) {
+            if (n % type_traits(type).block_size != 0) continue;
+            const std::vector<uint8_t> w = random_blocks(type, n, 1, 7u + n);
+            const std::vector<uint8_t> x = random_activations(t.act, n, kMaxTokenTile, 11u + n);
+            const size_t x_row_bytes = row_size(t.act, n);
+            for (int n_x = 1; n_x <= kMaxTokenTile; ++n_x) {
+                float want[kMaxTokenTile];
+                t.dot[0](n, w.data(), x.data(), x_row_bytes, n_x, want);
+                for (CpuIsa isa : available_isas()) {
+                    if (isa == CpuIsa::Scalar) continue;
+                    float got[kMaxTokenTile];
+                    vec_dot_fn(t, isa)(n, w.data(), x.data(), x_row_bytes, n_x, got);
+                    for (int j = 0; j < n_x; ++j) {
+                        float ref_tile[1];  // the same token alone (tile of 1) must agree as well
+                        vec_dot_fn(t, isa)(n, w.data(), x.data() + j * x_row_bytes, x_row_bytes, 1, ref_tile);
+                        const double tol = 1e-5 * std::max(1.0, (double)std::fabs(want[j])) * std::sqrt((double)n);
+                        EXPECT_NEAR(got[j], want[j], tol) << type_name(type) << " n=" << n << " n_x=" << n_x
+                                                          << " j=" << j << " isa=" << cpu_isa_name(isa);
+                        EXPECT_NEAR(ref_tile[0], got[j], tol) << type_name(type) << " tile vs single";
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The vectorised activation quantisers produce the core reference's blocks byte for byte.
+TEST(MatmulKernels, ActivationQuantisersMatchReference) {
+    if (cpu_isa() == CpuIsa::Scalar) GTEST_SKIP() << "no AVX2";
+    for (DType act : {DType::Q8_0, DType::Q8_K}) {
+        const int64_t n = 4864;
+        std::vector<float> f = random_floats(n, 5u);
+        f[300] = -4.0f, f[301] = 4.0f;  // ties of magnitude: the first one sets the Q8_K sign
+        std::fill(f.begin() + 512, f.begin() + 768, 0.0f);  // an all-zero block
+        std::vector<uint8_t> want(row_size(act, n)), got(row_size(act, n));
+        quantize_row(act, f.data(), want.data(), n);
+        (act == DType::Q8_0 ? avx2::quantize_q8_0 : avx2::quantize_q8_K)(f.data(), got.data(), n);
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size())) << type_name(act);
+    }
+}
+
+TEST(MatmulIsa, NameAndEnvCap) {
+    EXPECT_STREQ(cpu_isa_name(CpuIsa::Scalar), "scalar");
+    EXPECT_STREQ(cpu_isa_name(CpuIsa::Avx2), "avx2");
+    EXPECT_STREQ(cpu_isa_name(CpuIsa::Avx512), "avx512");
+}
+
+}  // namespace
+}  // namespace mvllm
