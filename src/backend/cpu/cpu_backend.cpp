@@ -1,0 +1,78 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <cstring>
+
+#include "backend/cpu/ops.h"
+
+namespace mvllm {
+
+CpuBackend::CpuBackend(const CpuBackendOptions& options)
+    : options_(options),
+      pool_(options.n_threads > 0 ? options.n_threads : ThreadPool::hardware_threads()) {}
+
+std::string CpuBackend::name() const {
+    return std::string("cpu (") + cpu_isa_name(cpu_isa()) + ", " + std::to_string(pool_.size()) +
+           " threads, attention " + attention_variant_name(options_.attention) + ")";
+}
+
+void CpuBackend::begin(const Batch& batch) {
+    batch_ = &batch;
+    arena_next_ = 0;
+}
+
+TensorView CpuBackend::alloc(DType type, int64_t width, int64_t n_rows) {
+    TensorView t;
+    t.type = type;
+    t.ne = {width, n_rows, 1, 1};
+    if (arena_next_ == arena_.size()) arena_.emplace_back();
+    std::vector<uint8_t>& slot = arena_[arena_next_++];
+    // 64 spare bytes: SIMD kernels may read a vector past the end of a row.
+    if (slot.size() < t.n_bytes() + 64) slot.resize(t.n_bytes() + 64);
+    t.data = slot.data();
+    return t;
+}
+
+void CpuBackend::embed(const TensorView& table, const TensorView& out) {
+    cpu::embed(pool_, table, batch_->token_ids.data(), out);
+}
+
+void CpuBackend::rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) {
+    cpu::rms_norm(pool_, x, weight, eps, out);
+}
+
+void CpuBackend::matmul(const TensorView& w, const TensorView& x, const TensorView& bias,
+                        const TensorView& out) {
+    mvllm::matmul(pool_, w, x, out, matmul_scratch_);
+    if (bias.data) cpu::add_bias(out, bias);
+}
+
+void CpuBackend::rope(const TensorView& x, int32_t n_heads, const RopeParams& rope) {
+    cpu::rope(pool_, x, n_heads, rope.head_dim, batch_->positions.data(), rope.inv_freq);
+}
+
+void CpuBackend::kv_store(KvCache& cache, int32_t layer, const TensorView& k, const TensorView& v) {
+    mvllm::kv_store(*batch_, k, v, cache.layer(layer));
+}
+
+void CpuBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, const TensorView& out,
+                           int32_t n_heads, float scale) {
+    mvllm::attention(pool_, options_.attention, *batch_, cache.layer(layer), q, out, n_heads, scale,
+                     attention_scratch_);
+}
+
+void CpuBackend::silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out) {
+    cpu::silu_mul(pool_, gate, up, out);
+}
+
+void CpuBackend::add(const TensorView& acc, const TensorView& x) { cpu::add(acc, x); }
+
+void CpuBackend::gather_logit_rows(const TensorView& x, const TensorView& out) {
+    for (size_t j = 0; j < batch_->logit_rows.size(); ++j)
+        std::memcpy(out.row(static_cast<int64_t>(j)), x.row(batch_->logit_rows[j]), x.row_bytes());
+}
+
+void CpuBackend::to_host(const TensorView& x, float* dst) {
+    for (int64_t r = 0; r < x.n_rows(); ++r) cpu::load_row(x, r, dst + r * x.ne[0]);
+}
+
+}  // namespace mvllm

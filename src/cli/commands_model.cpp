@@ -1,0 +1,180 @@
+// Commands that run a model: logits, generate, bench decode.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/options.h"
+#include "model/generate.h"
+
+#ifndef MVLLM_GIT_COMMIT
+#define MVLLM_GIT_COMMIT "unknown"
+#endif
+
+namespace mvllm::cli {
+namespace {
+
+struct LogitsArgs {
+    RunOptions run;
+    std::string prompt_ids;
+    bool json = false;
+    bool all_positions = false;
+};
+
+int cmd_logits(const LogitsArgs& a) {
+    auto ids = parse_ids(a.prompt_ids);
+    if (!ids) return fail(ids.status());
+    auto rt = make_runtime(a.run, static_cast<int64_t>(ids->size()));
+    if (!rt) return fail(rt.status());
+    SequenceRunner runner(*rt->decoder, *rt->cache, a.run.prefill_chunk);
+    std::vector<float> logits;
+    if (Status st = runner.prefill(*ids, &logits, a.all_positions); !st) return fail(st);
+    const int64_t n_vocab = rt->model->config.n_vocab;
+    const int64_t n_rows = static_cast<int64_t>(logits.size()) / n_vocab;
+    std::string out;
+    out.reserve(logits.size() * 14);
+    char buf[32];
+    if (a.all_positions) out += "[";
+    for (int64_t r = 0; r < n_rows; ++r) {
+        out += r ? ",[" : "[";
+        for (int64_t i = 0; i < n_vocab; ++i) {
+            std::snprintf(buf, sizeof(buf), i ? ",%.9g" : "%.9g", logits[r * n_vocab + i]);
+            out += buf;
+        }
+        out += "]";
+    }
+    if (a.all_positions) out += "]";
+    std::printf("%s\n", out.c_str());
+    return 0;
+}
+
+struct GenerateArgs {
+    RunOptions run;
+    std::string prompt_ids;
+    int n_predict = 32;
+    bool ids_out = false;
+};
+
+int cmd_generate(const GenerateArgs& a) {
+    auto ids = parse_ids(a.prompt_ids);
+    if (!ids) return fail(ids.status());
+    auto rt = make_runtime(a.run, static_cast<int64_t>(ids->size()) + a.n_predict);
+    if (!rt) return fail(rt.status());
+    SequenceRunner runner(*rt->decoder, *rt->cache, a.run.prefill_chunk);
+    std::vector<int32_t> out;
+    GenerationTimings t;
+    bool first = true;
+    Status st = runner.greedy(*ids, a.n_predict, &out, &t, [&](int32_t tok) {
+        std::printf(first ? "%d" : " %d", tok);
+        std::fflush(stdout);
+        first = false;
+    });
+    std::printf("\n");
+    if (!st) return fail(st);
+    std::fprintf(stderr, "prefill %lld tokens %.1f tok/s, decode %lld tokens %.1f tok/s\n",
+                 (long long)t.n_prompt, t.n_prompt / t.prefill_seconds, (long long)t.n_decoded,
+                 t.n_decoded > 0 ? t.n_decoded / t.decode_seconds : 0.0);
+    return 0;
+}
+
+struct BenchDecodeArgs {
+    RunOptions run;
+    int prompt_len = 128;
+    int n_predict = 127;
+    int repeat = 1;
+    std::string json_out;
+};
+
+double peak_rss_mib() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss / 1024.0;
+}
+
+int cmd_bench_decode(const BenchDecodeArgs& a) {
+    auto rt = make_runtime(a.run, static_cast<int64_t>(a.prompt_len) + a.n_predict + 1);
+    if (!rt) return fail(rt.status());
+    const ModelConfig& c = rt->model->config;
+    std::mt19937 rng(1234);
+    std::vector<int32_t> prompt(a.prompt_len);
+    for (auto& id : prompt) id = static_cast<int32_t>(rng() % c.n_vocab);
+    const double rss_loaded = peak_rss_mib();
+    std::fprintf(stderr, "model: %s\nbackend: %s\n", c.summary().c_str(), rt->backend->name().c_str());
+    nlohmann::json runs = nlohmann::json::array();
+    std::vector<double> prefill_tps, decode_tps;
+    for (int r = 0; r < a.repeat; ++r) {
+        SequenceRunner runner(*rt->decoder, *rt->cache, a.run.prefill_chunk);
+        std::vector<int32_t> out;
+        GenerationTimings t;
+        // n_predict decode steps: the greedy loop runs n + 1 tokens (the first comes from prefill).
+        if (Status st = runner.greedy(prompt, a.n_predict + 1, &out, &t); !st) return fail(st);
+        prefill_tps.push_back(t.n_prompt / t.prefill_seconds);
+        decode_tps.push_back(t.n_decoded / t.decode_seconds);
+        runs.push_back({{"prefill_tok_s", prefill_tps.back()}, {"decode_tok_s", decode_tps.back()}});
+    }
+    auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+    };
+    const double rss_peak = peak_rss_mib();
+    std::printf("| model | prompt | decode steps | threads | attention | act | kv | prefill tok/s | decode tok/s | peak RSS MiB | RSS growth MiB |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    const std::string kv = a.run.kv_dtype.empty() ? a.run.activation_dtype : a.run.kv_dtype;
+    std::printf("| %s | %d | %d | %d | %s | %s | %s/%d | %.1f | %.1f | %.0f | %.1f |\n", a.run.model.c_str(),
+                a.prompt_len, a.n_predict, a.run.threads, a.run.attention.c_str(),
+                a.run.activation_dtype.c_str(), kv.c_str(), a.run.kv_block_size, median(prefill_tps),
+                median(decode_tps), rss_peak, rss_peak - rss_loaded);
+    if (!a.json_out.empty()) {
+        std::time_t now = std::time(nullptr);
+        char date[32];
+        std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+        nlohmann::json j = {
+            {"benchmark", "decode"}, {"commit", MVLLM_GIT_COMMIT}, {"date", date},
+            {"device", rt->backend->name()}, {"model", a.run.model}, {"geometry", c.summary()},
+            {"weight_bytes", rt->model->weight_bytes()}, {"prompt_len", a.prompt_len},
+            {"decode_steps", a.n_predict}, {"threads", a.run.threads}, {"attention", a.run.attention},
+            {"activation_dtype", a.run.activation_dtype}, {"kv_dtype", kv},
+            {"kv_block_size", a.run.kv_block_size}, {"runs", runs},
+            {"prefill_tok_s_median", median(prefill_tps)}, {"decode_tok_s_median", median(decode_tps)},
+            {"peak_rss_mib", rss_peak}, {"rss_growth_mib", rss_peak - rss_loaded}};
+        std::ofstream(a.json_out) << j.dump(2) << "\n";
+    }
+    return 0;
+}
+
+}  // namespace
+
+void register_model_commands(CLI::App& app) {
+    static LogitsArgs logits;
+    CLI::App* l = app.add_subcommand("logits", "Print the logits of the prompt's last position as JSON");
+    add_run_options(l, &logits.run);
+    l->add_option("--prompt-ids", logits.prompt_ids, "token ids, e.g. \"1 2 3\"")->required();
+    l->add_flag("--json", logits.json, "JSON array output (the only format)");
+    l->add_flag("--all-positions", logits.all_positions, "one row per prompt position");
+    l->callback([] { std::exit(cmd_logits(logits)); });
+
+    static GenerateArgs gen;
+    CLI::App* g = app.add_subcommand("generate", "Greedy continuation of a prompt");
+    add_run_options(g, &gen.run);
+    g->add_option("--prompt-ids", gen.prompt_ids, "token ids, e.g. \"1 2 3\"")->required();
+    g->add_option("-n,--n-predict", gen.n_predict, "tokens to generate")->check(CLI::Range(0, 1 << 24));
+    g->add_flag("--ids-out", gen.ids_out, "print generated token ids on stdout");
+    g->callback([] { std::exit(cmd_generate(gen)); });
+
+    static BenchDecodeArgs bench;
+    CLI::App* b = app.add_subcommand("bench", "Benchmarks");
+    b->require_subcommand(1);
+    CLI::App* bd = b->add_subcommand("decode", "Prefill and decode tok/s on a random prompt");
+    add_run_options(bd, &bench.run);
+    bd->add_option("--prompt-len", bench.prompt_len, "prompt tokens")->check(CLI::Range(1, 1 << 20));
+    bd->add_option("-n,--n-predict", bench.n_predict, "decode steps")->check(CLI::Range(1, 1 << 20));
+    bd->add_option("--repeat", bench.repeat, "runs (median reported)")->check(CLI::Range(1, 100));
+    bd->add_option("--json-out", bench.json_out, "write the result as JSON");
+    bd->callback([] { std::exit(cmd_bench_decode(bench)); });
+}
+
+}  // namespace mvllm::cli

@@ -1,0 +1,17 @@
+// mvllm: the command-line front end. Each subcommand lives in a commands_*.cpp file.
+#include <CLI/CLI.hpp>
+
+#include "cli/options.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"mvllm: a small, fast LLM inference engine (Llama and Qwen2 families)"};
+    app.require_subcommand(1);
+    mvllm::cli::register_file_commands(app);
+    mvllm::cli::register_model_commands(app);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    return 0;
+}

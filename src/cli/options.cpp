@@ -1,0 +1,65 @@
+#include "cli/options.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace mvllm::cli {
+
+int fail(const Status& status) {
+    std::fprintf(stderr, "error: %s\n", status.message().c_str());
+    return 1;
+}
+
+void add_run_options(CLI::App* cmd, RunOptions* o) {
+    cmd->add_option("-m,--model", o->model, "GGUF file or Hugging Face checkpoint folder")->required();
+    cmd->add_option("--device", o->device, "cpu (cuda arrives with the CUDA backend)")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
+    cmd->add_option("-t,--threads", o->threads, "CPU threads (0: all)");
+    cmd->add_option("--attention", o->attention, "naive | grouped | fused")
+        ->check(CLI::IsMember({"naive", "grouped", "fused"}));
+    cmd->add_option("--activation-dtype", o->activation_dtype, "f32 | f16")->check(CLI::IsMember({"f32", "f16"}));
+    cmd->add_option("--kv-dtype", o->kv_dtype, "f32 | f16 (default: the activation dtype)")
+        ->check(CLI::IsMember({"f32", "f16"}));
+    cmd->add_option("--kv-block-size", o->kv_block_size, "tokens per KV block")->check(CLI::Range(1, 1 << 20));
+    cmd->add_option("-c,--ctx-size", o->ctx_size, "KV cache capacity in tokens (0: what the run needs)");
+    cmd->add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens per forward call (0: all)");
+}
+
+Result<Runtime> make_runtime(const RunOptions& o, int64_t n_tokens) {
+    if (o.device != "cpu")
+        return make_error("--device ", o.device, " is not available in this build (only cpu)");
+    Runtime rt;
+    MVLLM_ASSIGN_OR_RETURN(rt.model, load_model(o.model));
+    CpuBackendOptions cpu;
+    cpu.n_threads = o.threads;
+    parse_attention_variant(o.attention, &cpu.attention);
+    rt.backend = std::make_unique<CpuBackend>(cpu);
+    DecoderOptions dopt;
+    parse_type_name(o.activation_dtype, &dopt.activation_dtype);
+    MVLLM_ASSIGN_OR_RETURN(rt.decoder, Decoder::create(*rt.model, *rt.backend, dopt));
+    DType kv_dtype = dopt.activation_dtype;
+    if (!o.kv_dtype.empty()) parse_type_name(o.kv_dtype, &kv_dtype);
+    const int64_t capacity = std::max<int64_t>(o.ctx_size, n_tokens);
+    const int64_t n_blocks = (capacity + o.kv_block_size - 1) / o.kv_block_size;
+    MVLLM_ASSIGN_OR_RETURN(rt.cache, rt.backend->create_kv_cache(rt.decoder->kv_config(n_blocks, o.kv_block_size, kv_dtype)));
+    return rt;
+}
+
+Result<std::vector<int32_t>> parse_ids(const std::string& text) {
+    std::vector<int32_t> ids;
+    std::string token;
+    std::string cleaned = text;
+    for (char& ch : cleaned)
+        if (ch == ',' || ch == '[' || ch == ']') ch = ' ';
+    std::istringstream in(cleaned);
+    while (in >> token) {
+        char* end = nullptr;
+        const long long v = std::strtoll(token.c_str(), &end, 10);
+        if (*end != '\0' || v < 0 || v > INT32_MAX) return make_error("not a token id: \"", token, "\"");
+        ids.push_back(static_cast<int32_t>(v));
+    }
+    if (ids.empty()) return make_error("no token ids given");
+    return ids;
+}
+
+}  // namespace mvllm::cli

@@ -1,0 +1,51 @@
+// Options shared by every `mvllm` subcommand that runs a model, and the code that turns them into
+// a loaded model, a backend, a decoder and a KV cache.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "model/decoder.h"
+#include "model/model.h"
+
+namespace mvllm::cli {
+
+struct RunOptions {
+    std::string model;
+    std::string device = "cpu";
+    int threads = 0;
+    std::string attention = "fused";
+    std::string activation_dtype = "f32";
+    std::string kv_dtype;  // empty: the activation dtype
+    int kv_block_size = 16;
+    int64_t ctx_size = 0;  // KV capacity in tokens (0: prompt + generation)
+    int prefill_chunk = 0;
+};
+
+void add_run_options(CLI::App* cmd, RunOptions* o);
+
+// Everything needed to run a model, built from RunOptions.
+struct Runtime {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Decoder> decoder;
+    std::unique_ptr<KvCache> cache;
+};
+
+// Loads the model and creates the backend, decoder and a KV cache of at least n_tokens tokens.
+Result<Runtime> make_runtime(const RunOptions& o, int64_t n_tokens);
+
+// "1 2 3" or "1,2,3" -> ids.
+Result<std::vector<int32_t>> parse_ids(const std::string& text);
+
+// Registration of each command group (each defined in its own file).
+void register_file_commands(CLI::App& app);   // inspect, convert, make-model
+void register_model_commands(CLI::App& app);  // logits, generate, bench decode
+
+// Prints "error: <message>" and returns exit code 1.
+int fail(const Status& status);
+
+}  // namespace mvllm::cli

@@ -1,0 +1,76 @@
+#include "model/generate.h"
+
+#include <chrono>
+
+namespace mvllm {
+
+int32_t argmax(const float* logits, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; ++i)
+        if (logits[i] > logits[best]) best = i;
+    return static_cast<int32_t>(best);
+}
+
+SequenceRunner::SequenceRunner(Decoder& decoder, KvCache& cache, int32_t prefill_chunk)
+    : decoder_(decoder), cache_(cache), allocator_(cache.config().n_blocks), prefill_chunk_(prefill_chunk) {}
+
+SequenceRunner::~SequenceRunner() { allocator_.release(&block_table_); }
+
+Status SequenceRunner::run(const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>* logits) {
+    const int32_t block_size = cache_.config().block_size;
+    const int64_t total = n_cached_ + static_cast<int64_t>(tokens.size());
+    MVLLM_TRY(allocator_.grow(&block_table_, total, block_size));
+    Batch batch;
+    batch.block_size = block_size;
+    batch.add_sequence(tokens, static_cast<int32_t>(n_cached_), block_table_, true);
+    if (all_logits) batch.want_all_logits();
+    MVLLM_TRY(decoder_.forward(batch, cache_, logits));
+    n_cached_ = total;
+    return Status::ok();
+}
+
+Status SequenceRunner::prefill(const std::vector<int32_t>& prompt, std::vector<float>* logits, bool all_logits) {
+    if (prompt.empty()) return make_error("empty prompt");
+    const size_t chunk = prefill_chunk_ > 0 ? static_cast<size_t>(prefill_chunk_) : prompt.size();
+    std::vector<float> part;
+    logits->clear();
+    for (size_t begin = 0; begin < prompt.size(); begin += chunk) {
+        const size_t end = std::min(prompt.size(), begin + chunk);
+        std::vector<int32_t> tokens(prompt.begin() + begin, prompt.begin() + end);
+        MVLLM_TRY(run(tokens, all_logits, &part));
+        if (all_logits) logits->insert(logits->end(), part.begin(), part.end());
+        else if (end == prompt.size()) *logits = part;
+    }
+    return Status::ok();
+}
+
+Status SequenceRunner::step(int32_t token, std::vector<float>* logits) {
+    return run({token}, false, logits);
+}
+
+Status SequenceRunner::greedy(const std::vector<int32_t>& prompt, int n, std::vector<int32_t>* out,
+                              GenerationTimings* timings, const std::function<void(int32_t)>& on_token) {
+    using clock = std::chrono::steady_clock;
+    const int64_t n_vocab = decoder_.config().n_vocab;
+    std::vector<float> logits;
+    out->clear();
+    auto t0 = clock::now();
+    MVLLM_TRY(prefill(prompt, &logits));
+    auto t1 = clock::now();
+    for (int i = 0; i < n; ++i) {
+        const int32_t next = argmax(logits.data(), n_vocab);
+        out->push_back(next);
+        if (on_token) on_token(next);
+        if (i + 1 < n) MVLLM_TRY(step(next, &logits));
+    }
+    auto t2 = clock::now();
+    if (timings) {
+        timings->prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+        timings->decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+        timings->n_prompt = static_cast<int64_t>(prompt.size());
+        timings->n_decoded = n > 0 ? n - 1 : 0;
+    }
+    return Status::ok();
+}
+
+}  // namespace mvllm
