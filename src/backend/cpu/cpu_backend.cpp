@@ -5,6 +5,14 @@
 #include "backend/cpu/ops.h"
 
 namespace mvllm {
+namespace {
+// {n_heads * head_dim, n_rows} -> {head_dim, n_heads, n_rows}: the shape the attention kernels take.
+TensorView as_heads(const TensorView& t, int32_t head_dim) {
+    TensorView r = t;
+    r.ne = {head_dim, t.ne[0] / head_dim, t.ne[1], 1};
+    return r;
+}
+}  // namespace
 
 CpuBackend::CpuBackend(const CpuBackendOptions& options)
     : options_(options),
@@ -51,13 +59,15 @@ void CpuBackend::rope(const TensorView& x, int32_t n_heads, const RopeParams& ro
 }
 
 void CpuBackend::kv_store(KvCache& cache, int32_t layer, const TensorView& k, const TensorView& v) {
-    mvllm::kv_store(*batch_, k, v, cache.layer(layer));
+    const KvLayerView kv = cache.layer(layer);
+    mvllm::kv_store(*batch_, as_heads(k, kv.head_dim), as_heads(v, kv.head_dim), kv);
 }
 
 void CpuBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, const TensorView& out,
                            int32_t n_heads, float scale) {
-    mvllm::attention(pool_, options_.attention, *batch_, cache.layer(layer), q, out, n_heads, scale,
-                     attention_scratch_);
+    const KvLayerView kv = cache.layer(layer);
+    mvllm::attention(pool_, options_.attention, *batch_, kv, as_heads(q, kv.head_dim),
+                     as_heads(out, kv.head_dim), n_heads, scale, attention_scratch_);
 }
 
 void CpuBackend::silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out) {
