@@ -183,7 +183,8 @@ std::vector<uint8_t> random_blocks(DType type, int64_t n, int64_t rows, uint32_t
 
 // Activations: Q8_0 / Q8_K rows with q in [-127, 127] (as the quantisers produce) and correct bsums.
 std::vector<uint8_t> random_activations(DType act, int64_t n, int n_rows, uint32_t seed) {
-    std::vector<uint8_t> data(row_size(act, n) * n_rows);
+    const size_t row_bytes = act_row_bytes(act, n);
+    std::vector<uint8_t> data(row_bytes * n_rows);
     if (act == DType::F32) {
         const std::vector<float> f = random_floats(n * n_rows, seed);
         std::memcpy(data.data(), f.data(), data.size());
@@ -193,10 +194,13 @@ std::vector<uint8_t> random_activations(DType act, int64_t n, int n_rows, uint32
     std::uniform_int_distribution<int> q(-127, 127);
     std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
     if (act == DType::Q8_0) {
-        auto* b = reinterpret_cast<BlockQ8_0*>(data.data());
-        for (int64_t i = 0; i < n / QK8_0 * n_rows; ++i) {
-            b[i].d = f32_to_f16(scale(rng));
-            for (auto& v : b[i].qs) v = static_cast<int8_t>(q(rng));
+        for (int r = 0; r < n_rows; ++r) {
+            auto* b = reinterpret_cast<BlockQ8_0*>(data.data() + r * row_bytes);
+            for (int64_t i = 0; i < n / QK8_0; ++i) {
+                b[i].d = f32_to_f16(scale(rng));
+                for (auto& v : b[i].qs) v = static_cast<int8_t>(q(rng));
+            }
+            finish_act_q8_0(b, n);
         }
     } else {
         auto* b = reinterpret_cast<BlockQ8_K*>(data.data());
@@ -222,7 +226,7 @@ TEST(MatmulKernels, SimdMatchesScalar) {
             if (n % type_traits(type).block_size != 0) continue;
             const std::vector<uint8_t> w = random_blocks(type, n, 1, 7u + n);
             const std::vector<uint8_t> x = random_activations(t.act, n, kMaxTokenTile, 11u + n);
-            const size_t x_row_bytes = row_size(t.act, n);
+            const size_t x_row_bytes = act_row_bytes(t.act, n);
             for (int n_x = 1; n_x <= kMaxTokenTile; ++n_x) {
                 float want[kMaxTokenTile];
                 t.dot[0](n, w.data(), x.data(), x_row_bytes, n_x, want);
@@ -252,10 +256,14 @@ TEST(MatmulKernels, ActivationQuantisersMatchReference) {
         std::vector<float> f = random_floats(n, 5u);
         f[300] = -4.0f, f[301] = 4.0f;  // ties of magnitude: the first one sets the Q8_K sign
         std::fill(f.begin() + 512, f.begin() + 768, 0.0f);  // an all-zero block
-        std::vector<uint8_t> want(row_size(act, n)), got(row_size(act, n));
-        quantize_row(act, f.data(), want.data(), n);
-        (act == DType::Q8_0 ? avx2::quantize_q8_0 : avx2::quantize_q8_K)(f.data(), got.data(), n);
-        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size())) << type_name(act);
+        std::vector<uint8_t> want(act_row_bytes(act, n)), got(act_row_bytes(act, n));
+        const VecDotTraits& t = vec_dot_traits(act == DType::Q8_0 ? DType::Q4_0 : DType::Q4_K);
+        t.quantize[0](f.data(), want.data(), n);       // scalar activation row (blocks + side arrays)
+        std::vector<uint8_t> core(row_size(act, n));
+        quantize_row(act, f.data(), core.data(), n);
+        t.quantize[1](f.data(), got.data(), n);
+        EXPECT_EQ(0, std::memcmp(core.data(), got.data(), core.size())) << type_name(act) << " blocks";
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size())) << type_name(act) << " row";
     }
 }
 

@@ -28,9 +28,9 @@ const VecDotTraits kVecDotTable[] = {
     {DType::BF16, DType::F32,  {scalar::dot_bf16, avx2::dot_bf16, nullptr},
                                {scalar::quantize_f32, scalar::quantize_f32, nullptr}},
     {DType::Q8_0, DType::Q8_0, {scalar::dot_q8_0, avx2::dot_q8_0, avx512::dot_q8_0},
-                               {quantize_row_q8_0, avx2::quantize_q8_0, nullptr}},
+                               {scalar::quantize_act_q8_0, avx2::quantize_act_q8_0, nullptr}},
     {DType::Q4_0, DType::Q8_0, {scalar::dot_q4_0, avx2::dot_q4_0, avx512::dot_q4_0},
-                               {quantize_row_q8_0, avx2::quantize_q8_0, nullptr}},
+                               {scalar::quantize_act_q8_0, avx2::quantize_act_q8_0, nullptr}},
     {DType::Q4_K, DType::Q8_K, {scalar::dot_q4_K, avx2::dot_q4_K, avx512::dot_q4_K},
                                {quantize_row_q8_K, avx2::quantize_q8_K, nullptr}},
     {DType::Q5_K, DType::Q8_K, {scalar::dot_q5_K, avx2::dot_q5_K, nullptr},
@@ -90,9 +90,9 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
     // ---- activations: [n_tokens] rows of traits.act, act_row_bytes apart ----
     const bool x_is_f32 = x.type == DType::F32;
     const bool act_is_x = traits.act == DType::F32 && x_is_f32;  // f32 weights read x in place
-    const size_t act_row_bytes = act_is_x ? n_in * sizeof(float) : align_up(row_size(traits.act, n_in));
+    const size_t act_stride = act_is_x ? n_in * sizeof(float) : align_up(act_row_bytes(traits.act, n_in));
     const size_t f32_row_bytes = align_up(n_in * sizeof(float));
-    const size_t act_bytes = act_is_x ? 0 : act_row_bytes * n_tokens;
+    const size_t act_bytes = act_is_x ? 0 : act_stride * n_tokens;
     const size_t f32_bytes = x_is_f32 ? 0 : f32_row_bytes * n_tokens;  // [n_tokens][n_in] f32 copy
     if (scratch.buffer.size() < act_bytes + f32_bytes + kAlign) scratch.buffer.resize(act_bytes + f32_bytes + kAlign);
     uint8_t* base = scratch.buffer.data();
@@ -112,7 +112,7 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
                     avx2::convert_f16_to_f32(h, tmp, n_in);
                 src = tmp;
             }
-            quantize(src, act + t * act_row_bytes, n_in);
+            quantize(src, act + t * act_stride, n_in);
         }
     };
     if (!act_is_x) {
@@ -132,9 +132,9 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
             const int64_t r0 = c * chunk, r1 = std::min(n_out, r0 + chunk);
             for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokenTile) {
                 const int n_x = static_cast<int>(std::min<int64_t>(kMaxTokenTile, n_tokens - t0));
-                const uint8_t* xt = act + t0 * act_row_bytes;
+                const uint8_t* xt = act + t0 * act_stride;
                 for (int64_t r = r0; r < r1; ++r) {
-                    dot(n_in, w.row(r), xt, act_row_bytes, n_x, tile_out);
+                    dot(n_in, w.row(r), xt, act_stride, n_x, tile_out);
                     for (int j = 0; j < n_x; ++j) y[(t0 + j) * n_out + r] = tile_out[j];
                 }
             }

@@ -22,6 +22,23 @@ namespace mvllm {
 
 constexpr int kMaxTokenTile = 4;
 
+// Activation rows as the kernels read them:
+//   F32:  [n] f32
+//   Q8_K: [n/256] BlockQ8_K
+//   Q8_0: [nb] BlockQ8_0 (nb = n/32), zero padding to 32 bytes, then [nb8] f32 d and [nb8] f32
+//         d * sum(qs) (nb8 = nb rounded up to 8, zero padded): the block scales once more as
+//         floats, so SIMD kernels load 8 of them as one vector, and the block sums that turn an
+//         unsigned-nibble dot into the Q4_0 dot (sum (u - 8) x = sum u x - 8 sum x).
+size_t act_row_bytes(DType act, int64_t n);
+// The [nb8] f32 d array of a Q8_0 activation row (the d * sum array follows it).
+inline const float* act_q8_0_scales(const void* row, int64_t n) {
+    const size_t blocks = (static_cast<size_t>(n / QK8_0) * sizeof(BlockQ8_0) + 31) / 32 * 32;
+    return reinterpret_cast<const float*>(static_cast<const char*>(row) + blocks);
+}
+inline int64_t act_q8_0_n_scales(int64_t n) { return (n / QK8_0 + 7) / 8 * 8; }
+// Writes the padding and the f32 arrays of a Q8_0 activation row whose blocks are filled in.
+void finish_act_q8_0(void* row, int64_t n);
+
 // out[j] = dot(w[0..n), x_j[0..n)) for j < n_x; w: one weight row; x_j = x + j * x_row_bytes.
 using VecDotFn = void (*)(int64_t n, const void* w, const void* x, size_t x_row_bytes, int n_x,
                           float* out);
@@ -52,6 +69,7 @@ void dot_q4_K(int64_t, const void*, const void*, size_t, int, float*);
 void dot_q5_K(int64_t, const void*, const void*, size_t, int, float*);
 void dot_q6_K(int64_t, const void*, const void*, size_t, int, float*);
 void quantize_f32(const float* src, void* dst, int64_t n);  // plain copy
+void quantize_act_q8_0(const float* src, void* dst, int64_t n);  // quantize_row_q8_0 + finish
 }  // namespace scalar
 
 namespace avx2 {
@@ -65,6 +83,7 @@ void dot_q5_K(int64_t, const void*, const void*, size_t, int, float*);
 void dot_q6_K(int64_t, const void*, const void*, size_t, int, float*);
 // Same blocks as quantize_row_q8_0 / quantize_row_q8_K (core/quant.h), vectorised.
 void quantize_q8_0(const float* src, void* dst, int64_t n);
+void quantize_act_q8_0(const float* src, void* dst, int64_t n);  // quantize_q8_0 + finish
 void quantize_q8_K(const float* src, void* dst, int64_t n);
 // Converts n f16 values to f32 (F16 activations).
 void convert_f16_to_f32(const uint16_t* src, float* dst, int64_t n);

@@ -2,13 +2,15 @@
 //
 // Each kernel reads one weight row and a tile of N = 1..4 activation rows, unpacks every weight
 // block once and multiplies it with the N activation blocks (out[j] = w . x_j). Integer kernels:
-//   signed x signed (Q8_0, Q4_0): maddubs(|w|, sign(x, w)) -> i16 pairs, madd(1) -> i32 per block,
-//     then one FMA with d_w * d_x per block;
+//   Q8_0: maddubs(|w|, sign(x, w)) -> i16 pairs, madd(1) -> i32 per block, one FMA with d_w * d_x;
+//   Q4_0: maddubs(nibble, x) (unsigned x signed, no sign trick), the -8 offset from the activation's
+//     per-block sums;
 //   unsigned x signed (K-quants): maddubs(q, x) -> i16, madd(sub-block scale) -> i32 accumulated
 //     over the 256-block; the mins / the -32 offset of Q6_K use the activation's 16-sums (bsums).
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/vec_dot.h"
 #include "core/half.h"
@@ -37,19 +39,6 @@ inline const T* x_row(const void* x, size_t x_row_bytes, int j) {
     return reinterpret_cast<const T*>(static_cast<const char*>(x) + j * x_row_bytes);
 }
 
-// 32 signed bytes of weights times 32 signed bytes of activations -> 8 x i32 partial sums.
-inline __m256i dot_i8_signed(__m256i w_abs, __m256i w, __m256i xq) {
-    const __m256i p16 = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(xq, w));
-    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-}
-
-// The 16 nibbles of a Q4_0 block as 32 signed bytes in value order (low nibbles first), minus 8.
-inline __m256i unpack_q4_0(const uint8_t* qs) {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
-}
-
 // The Q4_K / Q5_K packed 6-bit scales: sc[8] then m[8] as 16 bytes.
 inline void unpack_scales_k4(const uint8_t* packed, uint8_t* sc_m) {
     uint32_t a, b, c;
@@ -68,49 +57,99 @@ inline void unpack_scales_k4(const uint8_t* packed, uint8_t* sc_m) {
 
 // ---- Q4_0 / Q8_0 weights x Q8_0 activations ------------------------------------------------------
 
+// The f16 scales of 8 consecutive blocks (stride bytes apart, first at d) as 8 floats; only the
+// first n_valid are read, the rest are 0.
+inline __m256 gather_f16_scales(const uint8_t* d, size_t stride, int n_valid) {
+    uint64_t lo = 0, hi = 0;
+    for (int k = 0; k < n_valid; ++k) {
+        uint16_t h;
+        std::memcpy(&h, d + k * stride, 2);
+        (k < 4 ? lo : hi) |= static_cast<uint64_t>(h) << (16 * (k & 3));
+    }
+    return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
+}
+
+// The 16 nibbles of a Q4_0 block as 32 unsigned bytes 0..15 in value order (low nibbles first).
+inline __m256i unpack_u4(const uint8_t* qs) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
+}
+
+// Weight blocks go in groups of 8: their 8 scales are converted as one vector and multiplied by
+// the activation's 8 f32 scales (act_q8_0_scales), so a block costs one broadcast-load and one
+// FMA on top of its integer dot. Q4_0 multiplies unsigned nibbles u (maddubs(u, x), no sign
+// trick) and subtracts 8 * d_w * (d_x * sum x) per block at the end; Q8_0 uses the sign trick.
 template <int N, bool kQ4>
 void dot_q_0_tile(int64_t n, const void* w, const void* x, size_t x_row_bytes, float* out) {
+    using Block = std::conditional_t<kQ4, BlockQ4_0, BlockQ8_0>;
+    const auto* wb = static_cast<const Block*>(w);
     const int64_t n_blocks = n / 32;
     const BlockQ8_0* xb[N];
-    for (int j = 0; j < N; ++j) xb[j] = x_row<BlockQ8_0>(x, x_row_bytes, j);
-    __m256 acc0[N], acc1[N];
-    for (int j = 0; j < N; ++j) acc0[j] = acc1[j] = _mm256_setzero_ps();
+    const float* x_d[N];      // [nb8] f32 activation scales
+    const float* x_dsum[N];   // [nb8] f32 activation scale * block sum
+    for (int j = 0; j < N; ++j) {
+        xb[j] = x_row<BlockQ8_0>(x, x_row_bytes, j);
+        x_d[j] = act_q8_0_scales(xb[j], n);
+        x_dsum[j] = x_d[j] + act_q8_0_n_scales(n);
+    }
+    // Independent FMA chains: >= 4 in all (FMA latency 4), within 16 ymm registers.
+    constexpr int kChains = N == 1 ? 4 : (N == 2 ? 2 : 1);
+    __m256 acc[kChains][N], corr[N];
+    for (int j = 0; j < N; ++j) {
+        corr[j] = _mm256_setzero_ps();
+        for (int c = 0; c < kChains; ++c) acc[c][j] = _mm256_setzero_ps();
+    }
+    alignas(32) float d_prod[N][8];  // d_w * d_x of the group's 8 blocks, per token
+    const __m256i ones = _mm256_set1_epi16(1);
 
-    auto load_block = [&](int64_t b, __m256i* wq, float* dw) {
-        if constexpr (kQ4) {
-            const auto& blk = static_cast<const BlockQ4_0*>(w)[b];
-            *wq = unpack_q4_0(blk.qs);
-            *dw = f16(blk.d);
-        } else {
-            const auto& blk = static_cast<const BlockQ8_0*>(w)[b];
-            *wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
-            *dw = f16(blk.d);
-        }
-    };
-    auto accumulate = [&](int64_t b, __m256i wq, float dw, __m256* acc) {
-        const __m256i w_abs = _mm256_sign_epi8(wq, wq);
+    // One group of kValid (<= 8) blocks starting at block b; compile-time sizes keep every
+    // accumulator in a register.
+    auto group = [&]<int kValid>(int64_t b) {
+        const __m256 d_w = gather_f16_scales(reinterpret_cast<const uint8_t*>(&wb[b].d), sizeof(Block), kValid);
         for (int j = 0; j < N; ++j) {
-            const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[j][b].qs));
-            const __m256 s = _mm256_cvtepi32_ps(dot_i8_signed(w_abs, wq, xq));
-            acc[j] = _mm256_fmadd_ps(s, _mm256_set1_ps(dw * f16(xb[j][b].d)), acc[j]);
+            _mm256_store_ps(d_prod[j], _mm256_mul_ps(d_w, _mm256_loadu_ps(x_d[j] + b)));
+            if constexpr (kQ4) corr[j] = _mm256_fmadd_ps(d_w, _mm256_loadu_ps(x_dsum[j] + b), corr[j]);
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < kValid; ++k) {
+            __m256i wq, w_abs;
+            if constexpr (kQ4) {
+                wq = unpack_u4(wb[b + k].qs);
+            } else {
+                wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b + k].qs));
+                w_abs = _mm256_sign_epi8(wq, wq);
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < N; ++j) {
+                const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[j][b + k].qs));
+                __m256i p16;
+                if constexpr (kQ4) p16 = _mm256_maddubs_epi16(wq, xq);
+                else p16 = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(xq, wq));
+                const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                __m256& a = acc[k % kChains][j];
+                a = _mm256_fmadd_ps(s, _mm256_broadcast_ss(&d_prod[j][k]), a);
+            }
         }
     };
     int64_t b = 0;
-    for (; b + 1 < n_blocks; b += 2) {  // two blocks in flight: two independent FMA chains
-        __m256i wq0, wq1;
-        float dw0, dw1;
-        load_block(b, &wq0, &dw0);
-        load_block(b + 1, &wq1, &dw1);
-        accumulate(b, wq0, dw0, acc0);
-        accumulate(b + 1, wq1, dw1, acc1);
+    for (; b + 8 <= n_blocks; b += 8) group.template operator()<8>(b);
+    switch (n_blocks - b) {
+        case 1: group.template operator()<1>(b); break;
+        case 2: group.template operator()<2>(b); break;
+        case 3: group.template operator()<3>(b); break;
+        case 4: group.template operator()<4>(b); break;
+        case 5: group.template operator()<5>(b); break;
+        case 6: group.template operator()<6>(b); break;
+        case 7: group.template operator()<7>(b); break;
+        default: break;
     }
-    if (b < n_blocks) {
-        __m256i wq;
-        float dw;
-        load_block(b, &wq, &dw);
-        accumulate(b, wq, dw, acc0);
+
+    for (int j = 0; j < N; ++j) {
+        __m256 sum = acc[0][j];
+        for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, acc[c][j]);
+        if constexpr (kQ4) sum = _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), corr[j], sum);
+        out[j] = hsum(sum);
     }
-    for (int j = 0; j < N; ++j) out[j] = hsum(_mm256_add_ps(acc0[j], acc1[j]));
 }
 
 // ---- Q4_K / Q5_K weights x Q8_K activations ------------------------------------------------------
@@ -352,6 +391,11 @@ void quantize_q8_0(const float* src, void* dst, int64_t n) {
         out[b].d = f32_to_f16(d);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), round_pack_32(v, _mm256_set1_ps(id)));
     }
+}
+
+void quantize_act_q8_0(const float* src, void* dst, int64_t n) {
+    quantize_q8_0(src, dst, n);
+    finish_act_q8_0(dst, n);
 }
 
 // src: [n] f32 -> dst: [n/256] BlockQ8_K (as quantize_row_q8_K: d = (the value of largest

@@ -24,6 +24,11 @@ inline void unpack_scales_k4(const uint8_t* packed, uint8_t* sc, uint8_t* m) {
 
 void quantize_f32(const float* src, void* dst, int64_t n) { std::memcpy(dst, src, n * sizeof(float)); }
 
+void quantize_act_q8_0(const float* src, void* dst, int64_t n) {
+    quantize_row_q8_0(src, dst, n);
+    finish_act_q8_0(dst, n);
+}
+
 // w: [n] f32, x: [n] f32.
 void dot_f32(int64_t n, const void* w, const void* x, size_t x_row_bytes, int n_x, float* out) {
     const auto* wf = static_cast<const float*>(w);
@@ -172,3 +177,31 @@ void dot_q6_K(int64_t n, const void* w, const void* x, size_t x_row_bytes, int n
 }
 
 }  // namespace mvllm::scalar
+
+namespace mvllm {
+
+size_t act_row_bytes(DType act, int64_t n) {
+    if (act != DType::Q8_0) return row_size(act, n);
+    return reinterpret_cast<size_t>(act_q8_0_scales(nullptr, n)) + 2 * act_q8_0_n_scales(n) * sizeof(float);
+}
+
+void finish_act_q8_0(void* row, int64_t n) {
+    const int64_t nb = n / QK8_0, nb8 = act_q8_0_n_scales(n);
+    auto* blocks = static_cast<BlockQ8_0*>(row);
+    auto* d = const_cast<float*>(act_q8_0_scales(row, n));
+    float* d_sum = d + nb8;
+    uint8_t* pad = reinterpret_cast<uint8_t*>(blocks + nb);
+    std::memset(pad, 0, reinterpret_cast<uint8_t*>(d) - pad);
+    for (int64_t b = 0; b < nb8; ++b) {
+        if (b >= nb) {
+            d[b] = d_sum[b] = 0.0f;
+            continue;
+        }
+        int32_t sum = 0;
+        for (int i = 0; i < QK8_0; ++i) sum += blocks[b].qs[i];
+        d[b] = f16_to_f32(blocks[b].d);
+        d_sum[b] = d[b] * static_cast<float>(sum);
+    }
+}
+
+}  // namespace mvllm
