@@ -67,7 +67,12 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     }
     wake_.notify_all();
     fn(0, n_threads_);
-    while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+    // Spin while the workers finish; yield once it takes long, so a worker that was descheduled
+    // (more threads than free cores) gets the core back instead of waiting out a time slice.
+    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+        if (spin < 1024) cpu_relax();
+        else std::this_thread::yield();
+    }
     job_ = nullptr;
 }
 
