@@ -43,10 +43,14 @@ const VecDotTraits kVecDotTable[] = {
 constexpr size_t kAlign = 64;
 inline size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
-// Rows per work chunk: about 4 chunks per thread for load balance, a multiple of 16 rows.
-int64_t rows_per_chunk(int64_t n_out, int n_threads) {
+// Rows per work chunk: about 4 chunks per thread for load balance, a multiple of 16 rows. With
+// several tokens the chunk is also capped at ~64 KiB of weights, so that it stays in L2 while
+// every token tile passes over it.
+int64_t rows_per_chunk(int64_t n_out, int n_threads, int64_t n_tokens, size_t row_bytes) {
     const int64_t target = (n_out + 4 * n_threads - 1) / (4 * n_threads);
-    return std::max<int64_t>(16, (target + 15) / 16 * 16);
+    int64_t rows = std::max<int64_t>(16, (target + 15) / 16 * 16);
+    if (n_tokens > 1) rows = std::min<int64_t>(rows, std::max<int64_t>(16, (65536 / row_bytes) / 16 * 16));
+    return rows;
 }
 
 }  // namespace
@@ -121,7 +125,7 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
     }
 
     // ---- rows: chunks through an atomic counter; tokens in tiles of kMaxTokenTile ----
-    const int64_t chunk = rows_per_chunk(n_out, pool.size());
+    const int64_t chunk = rows_per_chunk(n_out, pool.size(), n_tokens, w.row_bytes());
     const int64_t n_chunks = (n_out + chunk - 1) / chunk;
     float* y = static_cast<float*>(out.data);
     std::atomic<int64_t> next_chunk{0};
