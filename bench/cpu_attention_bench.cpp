@@ -10,7 +10,10 @@
 // size) divided by its time, next to the machine's read bandwidth measured by a plain streaming
 // sum on the same threads.
 //
+// --hot runs every call on one layer instead, so the KV stays in the caches (compute-bound view).
+//
 //   bench_cpu_attention [--threads 2] [--model 0.5b|7b] [--min-time 0.3] [--contexts 128,4096]
+//                       [--hot]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -40,6 +43,7 @@ struct Options {
     int n_heads = 14, n_kv_heads = 2, head_dim = 64;
     const char* model = "Qwen2.5-0.5B";
     double min_time = 0.3;
+    bool hot = false;  // --hot: one layer, KV stays in the caches (compute-bound view)
     std::vector<int> contexts = {128, 256, 512, 1024, 2048, 4096};
 };
 
@@ -82,8 +86,9 @@ Row bench_one(const Options& o, ThreadPool& pool, AttentionVariant variant, DTyp
     const size_t elem = kv_dtype == DType::F32 ? 4 : 2;
     const double kv_bytes = 2.0 * o.n_kv_heads * ctx * o.head_dim * elem;  // K and V read
     const double layer_bytes = 2.0 * o.n_kv_heads * blocks_per_seq * block_size * o.head_dim * elem;
-    const int n_layers = static_cast<int>(
-        std::clamp(std::ceil(256.0 * (1 << 20) / layer_bytes), 24.0, 4096.0));
+    const int n_layers = o.hot ? 1
+                               : static_cast<int>(std::clamp(
+                                     std::ceil(256.0 * (1 << 20) / layer_bytes), 24.0, 4096.0));
 
     KvCacheConfig cfg;
     cfg.n_layers = n_layers;
@@ -160,6 +165,8 @@ int main_impl(int argc, char** argv) {
         };
         if (a == "--threads") {
             o.threads = std::max(1, std::atoi(next()));
+        } else if (a == "--hot") {
+            o.hot = true;
         } else if (a == "--min-time") {
             o.min_time = std::atof(next());
         } else if (a == "--model") {
@@ -180,7 +187,7 @@ int main_impl(int argc, char** argv) {
             }
         } else {
             std::fprintf(stderr,
-                         "usage: %s [--threads N] [--model 0.5b|7b] [--min-time S] "
+                         "usage: %s [--threads N] [--model 0.5b|7b] [--min-time S] [--hot] "
                          "[--contexts 128,256,...]\n",
                          argv[0]);
             return 2;
@@ -189,9 +196,10 @@ int main_impl(int argc, char** argv) {
     ThreadPool pool(o.threads);
     const char* isa = std::getenv("MVLLM_CPU_ISA");
     std::printf("# decode attention per layer: %s geometry (%d q heads, %d KV heads, head_dim %d), "
-                "%d threads, block 16, kernels %s\n",
+                "%d threads, block 16, kernels %s%s\n",
                 o.model, o.n_heads, o.n_kv_heads, o.head_dim, o.threads,
-                isa != nullptr && std::strcmp(isa, "scalar") == 0 ? "scalar" : "best available");
+                isa != nullptr && std::strcmp(isa, "scalar") == 0 ? "scalar" : "best available",
+                o.hot ? ", hot (one layer, KV in cache)" : ", cold (KV cycled over >= 256 MiB)");
     const double ceiling = measure_read_gbps(pool);
     std::printf("# read-bandwidth ceiling (%d threads, streaming sum over 512 MiB): %.1f GB/s\n",
                 o.threads, ceiling);
