@@ -165,6 +165,9 @@ Result<ModelConfig> config_from_hf_json_text(const std::string& text, const std:
     c.qkv_bias = c.arch == Arch::Qwen2;
     if (c.arch == Arch::Llama) MVLLM_TRY(read_field(j, "attention_bias", &c.qkv_bias, false, origin));
     MVLLM_TRY(read_field(j, "tie_word_embeddings", &c.tied_embeddings, false, origin));
+    bool sliding = false;
+    MVLLM_TRY(read_field(j, "use_sliding_window", &sliding, false, origin));
+    if (sliding) return make_error(origin, ": sliding-window attention is not supported");
     MVLLM_TRY(read_token_id(j, "bos_token_id", &c.bos_token_id));
     MVLLM_TRY(read_token_id(j, "eos_token_id", &c.eos_token_id));
     if (Status st = c.validate(); !st) return st.with_context(origin);

@@ -57,8 +57,9 @@ DType tensor_type_for(FileType ft, WeightId id, int64_t n_in, bool tied) {
         case FileType::BF16: return DType::BF16;
         case FileType::Q8_0: return first_fitting({DType::Q8_0}, n_in);
         case FileType::Q4_0:
-            if (id == WeightId::Output || (id == WeightId::TokenEmbd && tied))
-                return first_fitting({DType::Q6_K, DType::Q8_0}, n_in);
+            // A tied embedding stays Q4_0 (as in llama.cpp's q4_0 files of Qwen2.5-0.5B); an
+            // untied output matrix gets Q6_K.
+            if (id == WeightId::Output) return first_fitting({DType::Q6_K, DType::Q8_0}, n_in);
             return first_fitting({DType::Q4_0, DType::Q8_0}, n_in);
         case FileType::Q4_K_M:
             if (id == WeightId::Output || id == WeightId::Wv || id == WeightId::WDown ||

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Builds mvllm with its tests and runs every CTest test that needs no GPU.
+# Usage: scripts/test.sh [extra ctest args]   (BUILD_DIR=build by default)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DMVLLM_BUILD_TESTS=ON ${CMAKE_ARGS:-}
+cmake --build "$BUILD_DIR" -j "$JOBS"
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" -LE gpu "$@"

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# End-to-end checks of the mvllm CLI tools on the transformers fixtures.
+# Usage: cli_test.sh path/to/mvllm path/to/tests/fixtures
+set -u
+MVLLM=$1
+FIX=$2
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0; fail=0
+ok()   { pass=$((pass + 1)); echo "ok   $1"; }
+bad()  { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+json() { python3 -c "import json,sys; print(' '.join(map(str, json.load(open(sys.argv[1]))[sys.argv[2]])))" "$@"; }
+
+LLAMA=$FIX/tiny-llama
+QWEN=$FIX/tiny-qwen2
+PROMPT=$(json "$LLAMA/reference.json" prompt_ids)
+GREEDY=$(json "$LLAMA/reference.json" greedy_ids)
+
+# generate on the HF folder reproduces transformers' greedy continuation
+out=$("$MVLLM" generate -m "$LLAMA" --prompt-ids "$PROMPT" -n 32 --ids-out -t 2 2>/dev/null)
+check "generate (HF folder) == transformers greedy" '[ "$out" = "$GREEDY" ]'
+
+# convert to GGUF (llama: Q/K rows permuted on write, un-permuted on load) and generate again
+"$MVLLM" convert "$LLAMA" "$TMP/llama-f32.gguf" --type f32 -t 2 2>/dev/null
+check "convert f32 writes a file" '[ -s "$TMP/llama-f32.gguf" ]'
+out=$("$MVLLM" generate -m "$TMP/llama-f32.gguf" --prompt-ids "$PROMPT" -n 32 --ids-out -t 2 2>/dev/null)
+check "generate (GGUF f32) == transformers greedy" '[ "$out" = "$GREEDY" ]'
+for type in f16 bf16 q8_0 q4_0 q4_k_m; do
+  "$MVLLM" convert "$QWEN" "$TMP/qwen-$type.gguf" --type $type -t 2 2>/dev/null
+  check "convert qwen2 --type $type loads and generates" \
+    '"$MVLLM" generate -m "$TMP/qwen-$type.gguf" --prompt-ids "1 2 3" -n 4 -t 2 >/dev/null 2>&1'
+done
+
+# inspect shows metadata and the tensor table
+ins=$("$MVLLM" inspect "$TMP/llama-f32.gguf")
+check "inspect lists metadata" 'grep -q "llama.attention.head_count_kv" <<<"$ins"'
+check "inspect lists tensors" 'grep -q "blk.1.ffn_down.weight" <<<"$ins"'
+check "inspect lists rope_freqs (llama3 scaling)" 'grep -q "rope_freqs.weight" <<<"$ins"'
+
+# logits --json: a JSON array of n_vocab numbers whose argmax is transformers' top-1
+"$MVLLM" logits -m "$QWEN" --prompt-ids "$(json "$QWEN/reference.json" prompt_ids)" --json -t 2 >"$TMP/logits.json" 2>/dev/null
+check "logits --json argmax == transformers top1" \
+  'python3 -c "import json,sys; l=json.load(open(sys.argv[1])); r=json.load(open(sys.argv[2])); sys.exit(0 if len(l)==384 and max(range(len(l)), key=l.__getitem__)==r[\"top1\"][-1] else 1)" "$TMP/logits.json" "$QWEN/reference.json"'
+
+# make-model writes a loadable model in a real geometry
+"$MVLLM" make-model "$TMP/q05.gguf" --preset qwen2.5-0.5b --type q4_0 -t 2 2>/dev/null
+check "make-model qwen2.5-0.5b q4_0 generates" '"$MVLLM" generate -m "$TMP/q05.gguf" --prompt-ids "1 2 3" -n 2 -t 2 >/dev/null 2>&1'
+
+# bad input: a clear error (exit 1, the file named), never a crash
+expect_error() {  # name, expected text, command...
+  local name=$1 text=$2; shift 2
+  local err rc
+  err=$("$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -eq 1 ] && grep -q -- "$text" <<<"$err"; then ok "$name"; else bad "$name (rc=$rc: $err)"; fi
+}
+head -c 1000 "$TMP/llama-f32.gguf" >"$TMP/truncated.gguf"
+printf 'GGUX0000000000000000000000' >"$TMP/badmagic.gguf"
+expect_error "truncated GGUF" "truncated.gguf" "$MVLLM" generate -m "$TMP/truncated.gguf" --prompt-ids "1" -n 1
+expect_error "bad magic" "badmagic.gguf" "$MVLLM" inspect "$TMP/badmagic.gguf"
+expect_error "missing model" "no such file" "$MVLLM" generate -m "$TMP/nope.gguf" --prompt-ids "1" -n 1
+expect_error "token id outside the vocabulary" "outside the vocabulary" "$MVLLM" generate -m "$QWEN" --prompt-ids "1 99999" -n 1
+expect_error "malformed ids" "not a token id" "$MVLLM" generate -m "$QWEN" --prompt-ids "1 x" -n 1
+mkdir -p "$TMP/broken-hf" && cp "$QWEN/model.safetensors" "$TMP/broken-hf/" && sed 's/"num_hidden_layers": 2/"num_hidden_layers": 3/' "$QWEN/config.json" >"$TMP/broken-hf/config.json"
+expect_error "HF checkpoint missing a tensor" "missing tensor model.layers.2" "$MVLLM" generate -m "$TMP/broken-hf" --prompt-ids "1" -n 1
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
