@@ -300,6 +300,8 @@ public:
         MVLLM_TRY(parse_tensor_infos());
         return check_tensor_layout();
     }
+    // Offset of the tensor data section (valid after parse() when the file has tensors).
+    uint64_t data_start() const { return data_start_; }
 
 private:
     Status parse_header() {
@@ -451,7 +453,9 @@ private:
         }
         uint32_t type_id = 0;
         MVLLM_TRY(cur_.read(&type_id, "tensor type"));
-        if (find_type_traits(type_id) == nullptr) return make_error("unknown tensor type id ", type_id);
+        if (find_type_traits(type_id) == nullptr)
+            return make_error("unknown tensor type id ", type_id,
+                              " (mvllm reads f32, f16, bf16, q4_0, q8_0, q4_K, q5_K, q6_K)");
         info->type = static_cast<DType>(type_id);
         MVLLM_TRY(cur_.read(&info->offset, "tensor offset"));
         return tensor_bytes(info->type, info->ne, info->n_dims, &info->n_bytes);
@@ -493,10 +497,6 @@ private:
         return Status::ok();
     }
 
-public:
-    uint64_t data_start() const { return data_start_; }
-
-private:
     GgufFile& f_;
     Cursor cur_;
     size_t size_;

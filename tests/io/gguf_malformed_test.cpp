@@ -273,7 +273,7 @@ TEST_F(GgufMalformed, RandomByteFlipsNeverCrash) {
     const std::string path = dir_.file("fuzz.gguf");
     std::mt19937 rng(12345);
     int opened = 0;
-    for (int iter = 0; iter < 3000; ++iter) {
+    for (int iter = 0; iter < 5000; ++iter) {
         std::vector<uint8_t> bytes = good;
         const int flips = 1 + static_cast<int>(rng() % 4);
         for (int i = 0; i < flips; ++i) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -27,7 +28,7 @@ public:
         if (info != nullptr) name += std::string("_") + info->name();
         for (char& c : name)
             if (c == '/') c = '_';
-        path_ = std::filesystem::temp_directory_path() / name;
+        path_ = base_dir() / name;
         std::filesystem::remove_all(path_);
         std::filesystem::create_directories(path_);
     }
@@ -39,6 +40,16 @@ public:
     std::string path() const { return path_.string(); }
 
 private:
+    // $TMPDIR when set, else /dev/shm when present (the loop tests write thousands of small files),
+    // else the system temp dir.
+    static std::filesystem::path base_dir() {
+        std::error_code ec;
+        if (std::getenv("TMPDIR") == nullptr && std::filesystem::is_directory("/dev/shm", ec) &&
+            ::access("/dev/shm", W_OK) == 0)
+            return "/dev/shm";
+        return std::filesystem::temp_directory_path();
+    }
+
     std::filesystem::path path_;
 };
 
