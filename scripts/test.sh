@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds mvllm with its tests and runs every CTest test that needs no GPU.
-# Usage: scripts/test.sh [extra ctest args]   (BUILD_DIR=build by default)
+# The README's test command: install dependencies, build with tests, run every CTest test that
+# needs no GPU. Usage: scripts/test.sh [extra ctest args]   (BUILD_DIR=build by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/deps.sh
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DMVLLM_BUILD_TESTS=ON ${CMAKE_ARGS:-}
