@@ -23,6 +23,8 @@ public:
     static Result<std::unique_ptr<Tokenizer>> from_gguf(const GgufFile& file);
     // dir holds tokenizer.json (and optionally tokenizer_config.json).
     static Result<std::unique_ptr<Tokenizer>> from_hf_dir(const std::string& dir);
+    // A folder holding tokenizer.json, or a GGUF file (a vocab-only one too).
+    static Result<std::unique_ptr<Tokenizer>> from_path(const std::string& path);
 
     // Text -> ids. Special tokens written in the text are parsed as specials only when
     // parse_special (chat templates ask for it); otherwise they are plain text.
@@ -42,6 +44,7 @@ public:
     bool add_bos_default = false;
     std::string chat_template;       // Jinja source, empty when none
     std::string bos_text, eos_text;  // for templates
+    bool strip_leading_space = false;  // SPM: decoding drops the space the encoder put first
 
     // Writes tokenizer.ggml.* (+ tokenizer.chat_template) so a GGUF file carries this tokenizer.
     virtual void write_gguf(GgufWriter& writer) const = 0;
@@ -60,6 +63,7 @@ private:
     const Tokenizer& tokenizer_;
     bool skip_special_;
     std::string pending_;
+    bool at_start_ = true;  // nothing emitted yet (see Tokenizer::strip_leading_space)
 };
 
 }  // namespace mvllm
