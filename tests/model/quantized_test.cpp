@@ -104,7 +104,13 @@ TEST_P(Quantized, MatchesItsDequantisedTwin) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Quantized,
                          ::testing::Combine(::testing::Values("tiny-llama", "tiny-qwen2"),
-                                            ::testing::ValuesIn(kCases)));
+                                            ::testing::ValuesIn(kCases)),
+                         [](const auto& info) {
+                             std::string name = std::get<0>(info.param) + "_" + file_type_name(std::get<1>(info.param).type);
+                             for (char& ch : name)
+                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                             return name;
+                         });
 
 }  // namespace
 }  // namespace mvllm::test
