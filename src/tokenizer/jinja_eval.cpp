@@ -378,9 +378,8 @@ Value Evaluator::eval_compare(const Expr& e, const std::shared_ptr<Scope>& scope
     return Value(true);
 }
 
-static int64_t checked(bool overflow, int64_t v) {
+static void check_overflow(bool overflow) {
     if (overflow) fail("integer overflow");
-    return v;
 }
 
 static int64_t floor_div(int64_t a, int64_t b) {
@@ -411,9 +410,13 @@ Value Evaluator::eval_binary(const Expr& e, const std::shared_ptr<Scope>& scope)
         bool floats = lhs.is_float() || rhs.is_float();
         double x = lhs.as_float(), y = rhs.as_float();
         int64_t a = lhs.as_int(), b = rhs.as_int(), r = 0;
-        if (op == "+") return floats ? Value(x + y) : Value(checked(__builtin_add_overflow(a, b, &r), r));
-        if (op == "-") return floats ? Value(x - y) : Value(checked(__builtin_sub_overflow(a, b, &r), r));
-        if (op == "*") return floats ? Value(x * y) : Value(checked(__builtin_mul_overflow(a, b, &r), r));
+        if (op == "+" || op == "-" || op == "*") {
+            if (floats) return Value(op == "+" ? x + y : op == "-" ? x - y : x * y);
+            check_overflow(op == "+"   ? __builtin_add_overflow(a, b, &r)
+                           : op == "-" ? __builtin_sub_overflow(a, b, &r)
+                                       : __builtin_mul_overflow(a, b, &r));
+            return Value(r);
+        }
         if (op == "/") {
             if (y == 0) fail("division by zero");
             return Value(x / y);
@@ -437,8 +440,8 @@ Value Evaluator::eval_binary(const Expr& e, const std::shared_ptr<Scope>& scope)
             if (!floats && b >= 0) {
                 int64_t result = 1, base = a;
                 for (int64_t k = b; k > 0; k >>= 1) {
-                    if (k & 1) result = checked(__builtin_mul_overflow(result, base, &result), result);
-                    if (k > 1) base = checked(__builtin_mul_overflow(base, base, &base), base);
+                    if (k & 1) check_overflow(__builtin_mul_overflow(result, base, &result));
+                    if (k > 1) check_overflow(__builtin_mul_overflow(base, base, &base));
                 }
                 return Value(result);
             }
