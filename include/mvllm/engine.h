@@ -1,0 +1,166 @@
+// The mvllm serving engine, public C++ API. Many requests share one decoder and one paged KV pool;
+// each engine step mixes decode tokens of running requests with prefill chunks of new ones
+// (continuous batching), reuses cached prefixes, and preempts (recomputes) when blocks run out.
+//
+//   auto engine = Engine::create(decoder, options, tokenizer).value();   // tokenizer optional
+//   engine->start();                                     // one engine thread owns the backend
+//   RequestId id = engine->submit(request, [](const EngineEvent& e) { ... }).value();
+//   engine->abort(id);                                   // thread-safe, like submit
+//
+// Events of a request arrive in order on the engine thread (callback) or through the engine's
+// thread-safe queue (next_event) when no callback is given: zero or more Token events, then
+// exactly one Finish event.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mvllm {
+
+class Decoder;
+class Tokenizer;
+class Status;
+template <typename T> class Result;
+
+struct SamplingParams {
+    float temperature = 1.0f;         // 0: greedy
+    float top_p = 1.0f;               // nucleus mass kept, (0, 1]
+    int32_t top_k = 0;                // 0: all tokens
+    float min_p = 0.0f;               // drop tokens with p < min_p * p_max
+    float repetition_penalty = 1.0f;  // > 1 discourages tokens of prompt and output (CTRL style)
+    float presence_penalty = 0.0f;    // subtracted once from tokens already generated
+    float frequency_penalty = 0.0f;   // subtracted per occurrence in the output
+    int64_t seed = -1;                // -1: a seed derived from the request id
+    int32_t max_tokens = -1;          // -1: up to the context or pool capacity
+    std::vector<std::string> stop;    // stop strings (excluded from the output text)
+    std::vector<int32_t> stop_token_ids;
+    bool ignore_eos = false;
+    int32_t logprobs = -1;            // -1: none; n >= 0: the sampled token's logprob and n top ones
+};
+
+struct Request {
+    std::vector<int32_t> prompt_ids;  // used when non-empty, otherwise prompt_text is encoded
+    std::string prompt_text;
+    bool add_bos = true;              // for prompt_text
+    SamplingParams sampling;
+};
+
+using RequestId = uint64_t;
+
+enum class FinishReason { Stop, Length, Abort, Error };
+const char* finish_reason_name(FinishReason reason);
+
+struct TokenLogprob {
+    int32_t token = 0;
+    float logprob = 0;
+    std::vector<std::pair<int32_t, float>> top;  // [top_logprobs] (token, logprob), best first
+};
+
+struct RequestStats {
+    double queue_seconds = 0;        // arrival -> first scheduled
+    double ttft_seconds = 0;         // arrival -> first token
+    double prefill_seconds = 0;      // first scheduled -> first token
+    double decode_seconds = 0;       // first token -> finish
+    int64_t n_prompt_tokens = 0;
+    int64_t n_output_tokens = 0;
+    int64_t n_prefix_tokens_reused = 0;  // prompt tokens whose KV came from the prefix cache
+    int64_t n_preemptions = 0;
+};
+
+struct EngineEvent {
+    enum class Kind { Token, Finish };
+    Kind kind = Kind::Token;
+    RequestId id = 0;
+    std::vector<int32_t> token_ids;    // Token: new tokens
+    std::string text;                  // Token: the new text (stop-string prefixes held back)
+    std::vector<TokenLogprob> logprobs;
+    FinishReason reason = FinishReason::Stop;  // Finish
+    std::string error;                 // Finish with reason Error
+    RequestStats stats;                // Finish
+};
+
+using EventCallback = std::function<void(const EngineEvent&)>;
+
+enum class SchedulingPolicy { Fcfs, ShortestPrefillFirst, RoundRobin };
+bool parse_scheduling_policy(const std::string& name, SchedulingPolicy* out);  // fcfs | spf | rr
+
+struct EngineOptions {
+    size_t kv_cache_memory = size_t(256) << 20;  // bytes of KV pool
+    int64_t kv_cache_blocks = 0;                 // > 0: exact block count instead of the budget
+    int32_t block_size = 16;
+    std::string kv_dtype = "f32";                // f32 | f16
+    int32_t max_batched_tokens = 2048;           // tokens per step (decodes + prefill chunks)
+    int32_t max_seqs = 256;                      // running sequences
+    int32_t max_prefill_chunk = 512;             // prefill tokens of one request per step (0: no cap)
+    int64_t max_model_len = 0;                   // 0: the model's trained context
+    SchedulingPolicy policy = SchedulingPolicy::Fcfs;
+    bool enable_prefix_cache = true;
+};
+
+// Text streaming. The engine asks the factory for one decoder per request; the default, when a
+// tokenizer is given, wraps the tokenizer's IncrementalDecoder (engine/text_stream.h).
+class TextStream {
+public:
+    virtual ~TextStream() = default;
+    virtual std::string push(int32_t token) = 0;
+    virtual std::string flush() = 0;
+};
+using TextStreamFactory = std::function<std::unique_ptr<TextStream>()>;
+
+struct EngineCounters {
+    int64_t n_steps = 0;
+    int64_t n_prefill_tokens = 0;  // computed prompt (and recomputed) tokens
+    int64_t n_decode_tokens = 0;
+    int64_t n_preemptions = 0;
+    int64_t n_finished = 0;
+    int64_t max_step_tokens = 0;
+    int64_t n_free_blocks = 0;
+    int64_t n_total_blocks = 0;
+    int64_t n_running = 0;
+    int64_t n_waiting = 0;
+    // prefix cache telemetry
+    int64_t prefix_queries = 0, prefix_query_blocks = 0, prefix_hit_blocks = 0, prefix_tokens_reused = 0,
+            prefix_evictions = 0, prefix_pending_waits = 0, prefix_collisions = 0;
+};
+
+class Engine {
+public:
+    // Sizes the KV pool from the options and the decoder's geometry. tokenizer may be null (then
+    // requests must carry token ids and events carry no text unless a TextStreamFactory is set).
+    static Result<std::unique_ptr<Engine>> create(Decoder& decoder, const EngineOptions& options,
+                                                   const Tokenizer* tokenizer = nullptr,
+                                                   TextStreamFactory text_streams = nullptr);
+    ~Engine();
+
+    // Thread-safe. Errors on a request that can never run (empty, too long for the context or the
+    // KV pool, bad parameters). Without a callback, events go to next_event().
+    Result<RequestId> submit(Request request, EventCallback on_event = nullptr);
+    // Thread-safe. The request finishes with reason Abort and its blocks are freed at the next
+    // step boundary. False when the id is unknown or already finished.
+    bool abort(RequestId id);
+    // Thread-safe: the next event of requests submitted without a callback; false on timeout.
+    bool next_event(EngineEvent* event, double timeout_seconds);
+
+    // Runs the step loop on an engine thread until stop() (or destruction).
+    void start();
+    void stop();
+    // Without a thread: one step (false when there was nothing to do), or steps until idle.
+    // A forward error finishes the step's requests with reason Error and returns that status.
+    bool step(Status* status = nullptr);
+    void run_until_idle();
+
+    bool idle() const;
+    EngineCounters counters() const;
+    std::string startup_report() const;  // the KV pool: blocks, tokens, full-length sequences
+
+    struct Impl;
+
+private:
+    explicit Engine(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mvllm

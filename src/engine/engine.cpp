@@ -1,0 +1,423 @@
+// The engine: request intake (any thread), the step loop (the engine thread), and event delivery.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "model/decoder.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mvllm {
+
+const char* finish_reason_name(FinishReason reason) {
+    switch (reason) {
+        case FinishReason::Stop: return "stop";
+        case FinishReason::Length: return "length";
+        case FinishReason::Abort: return "abort";
+        case FinishReason::Error: return "error";
+    }
+    return "?";
+}
+
+bool parse_scheduling_policy(const std::string& name, SchedulingPolicy* out) {
+    if (name == "fcfs") *out = SchedulingPolicy::Fcfs;
+    else if (name == "spf") *out = SchedulingPolicy::ShortestPrefillFirst;
+    else if (name == "rr") *out = SchedulingPolicy::RoundRobin;
+    else return false;
+    return true;
+}
+
+namespace {
+double seconds(EngineClock::duration d) { return std::chrono::duration<double>(d).count(); }
+uint64_t mix_seed(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+}  // namespace
+
+struct Engine::Impl {
+    Decoder& decoder;
+    const Tokenizer* tokenizer;
+    TextStreamFactory text_streams;
+    EngineOptions options;
+    KvPoolPlan plan;
+    int64_t max_model_len = 0;
+    std::vector<int32_t> eos_ids;
+    std::unique_ptr<KvCache> cache;
+    std::unique_ptr<BlockManager> blocks;
+    std::unique_ptr<Scheduler> scheduler;
+    std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs;  // engine thread only
+    std::vector<float> logits;                                       // [n_sampled][n_vocab] f32
+
+    // Intake, shared with submitting threads.
+    std::mutex mu;
+    std::condition_variable wake;
+    std::vector<std::unique_ptr<Sequence>> inbox;
+    std::vector<RequestId> aborts;
+    std::unordered_set<RequestId> live;  // submitted and not finished
+    bool stopping = false;
+    std::thread thread;
+    std::atomic<RequestId> next_id{1};
+
+    std::mutex events_mu;
+    std::condition_variable events_cv;
+    std::deque<EngineEvent> events;  // for requests without a callback
+
+    mutable std::mutex counters_mu;
+    EngineCounters counters;
+
+    Impl(Decoder& d, const Tokenizer* t, TextStreamFactory f, const EngineOptions& o)
+        : decoder(d), tokenizer(t), text_streams(std::move(f)), options(o) {}
+
+    Result<RequestId> submit(Request request, EventCallback on_event);
+    bool step(Status* status);
+    void loop();
+    void drain_inbox();
+    Batch build_batch(const SchedulerOutput& plan) const;
+    void postprocess(const SchedulerOutput& plan);
+    bool check_stop(Sequence* seq, int32_t token, std::string* text, FinishReason* reason);
+    void emit(Sequence* seq, EngineEvent event);
+    void finish(Sequence* seq, FinishReason reason, const std::string& error = "");
+    void note_scheduled(const SchedulerOutput& plan);
+    void update_counters(const SchedulerOutput& plan);
+};
+
+// One engine step: schedule -> build batch -> forward -> sample -> postprocess.
+bool Engine::Impl::step(Status* status) {
+    drain_inbox();
+    const SchedulerOutput plan = scheduler->schedule();
+    if (plan.empty()) return false;
+    note_scheduled(plan);
+    const Batch batch = build_batch(plan);
+    if (Status st = decoder.forward(batch, *cache, &logits); !st) {
+        for (const ScheduledSequence& s : plan.scheduled) finish(s.seq, FinishReason::Error, st.message());
+        if (status != nullptr) *status = st;
+        return true;
+    }
+    scheduler->commit(plan);  // KV written: count the tokens, publish full blocks
+    update_counters(plan);
+    postprocess(plan);        // sample, append, stop checks, stream, free finished sequences
+    return true;
+}
+
+Batch Engine::Impl::build_batch(const SchedulerOutput& plan) const {
+    Batch batch;
+    batch.block_size = blocks->block_size();
+    for (const ScheduledSequence& s : plan.scheduled) {
+        const auto begin = s.seq->tokens.begin() + s.seq->n_computed;
+        batch.add_sequence(std::vector<int32_t>(begin, begin + s.n_tokens), static_cast<int32_t>(s.seq->n_computed),
+                           s.seq->blocks.blocks, s.sample);
+    }
+    return batch;
+}
+
+void Engine::Impl::postprocess(const SchedulerOutput& plan) {
+    const int64_t n_vocab = decoder.config().n_vocab;
+    const auto now = EngineClock::now();
+    size_t row = 0;
+    for (const ScheduledSequence& s : plan.scheduled) {
+        Sequence* seq = s.seq;
+        if (!s.sample) continue;  // a prefill chunk short of the prompt's end
+        TokenLogprob logprob;
+        const int32_t token = sample_token(logits.data() + row++ * n_vocab, n_vocab, seq->params, seq->tokens,
+                                           seq->n_prompt, seq->rng, &logprob);
+        seq->tokens.push_back(token);
+        if (seq->n_output() == 1) seq->t_first_token = now;
+        EngineEvent event;
+        event.kind = EngineEvent::Kind::Token;
+        event.token_ids = {token};
+        if (seq->params.logprobs >= 0) event.logprobs.push_back(std::move(logprob));
+        FinishReason reason = FinishReason::Stop;
+        const bool done = check_stop(seq, token, &event.text, &reason);
+        emit(seq, std::move(event));
+        if (done) finish(seq, reason);
+    }
+}
+
+// Stop conditions in order: stop token ids, EOS, stop strings, max tokens. *text receives the
+// streamable text of this token (plus the held-back tail when the request ends here).
+bool Engine::Impl::check_stop(Sequence* seq, int32_t token, std::string* text, FinishReason* reason) {
+    const SamplingParams& p = seq->params;
+    const bool stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+    const bool eos = !p.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end();
+    bool stopped_on_string = false;
+    if (seq->text && !stop_id && !eos) *text = seq->stop_matcher.push(seq->text->push(token), &stopped_on_string);
+    bool done = true;
+    if (stop_id || eos || stopped_on_string) *reason = FinishReason::Stop;
+    else if (seq->n_output() >= seq->max_tokens) *reason = FinishReason::Length;
+    else done = false;
+    if (done && seq->text && !stopped_on_string) {
+        bool late_stop = false;
+        *text += seq->stop_matcher.push(seq->text->flush(), &late_stop);
+        if (late_stop) *reason = FinishReason::Stop;
+        else *text += seq->stop_matcher.flush();
+    }
+    return done;
+}
+
+void Engine::Impl::emit(Sequence* seq, EngineEvent event) {
+    event.id = seq->id;
+    if (seq->on_event) {
+        seq->on_event(event);
+        return;
+    }
+    {
+        std::lock_guard<std::mutex> lock(events_mu);
+        events.push_back(std::move(event));
+    }
+    events_cv.notify_all();
+}
+
+void Engine::Impl::finish(Sequence* seq, FinishReason reason, const std::string& error) {
+    scheduler->remove(seq);  // frees the blocks now (full ones stay cached)
+    const auto now = EngineClock::now();
+    RequestStats& st = seq->stats;
+    st.n_prompt_tokens = seq->n_prompt;
+    st.n_output_tokens = seq->n_output();
+    if (seq->was_scheduled) {
+        st.queue_seconds = seconds(seq->t_first_scheduled - seq->t_arrival);
+        if (seq->n_output() > 0) {
+            st.ttft_seconds = seconds(seq->t_first_token - seq->t_arrival);
+            st.prefill_seconds = seconds(seq->t_first_token - seq->t_first_scheduled);
+            st.decode_seconds = seconds(now - seq->t_first_token);
+        }
+    }
+    EngineEvent event;
+    event.kind = EngineEvent::Kind::Finish;
+    event.reason = reason;
+    event.error = error;
+    event.stats = st;
+    emit(seq, std::move(event));
+    const RequestId id = seq->id;
+    seqs.erase(id);
+    {
+        std::lock_guard<std::mutex> lock(counters_mu);
+        ++counters.n_finished;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    live.erase(id);
+}
+
+void Engine::Impl::drain_inbox() {
+    std::vector<std::unique_ptr<Sequence>> new_seqs;
+    std::vector<RequestId> to_abort;
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        new_seqs.swap(inbox);
+        to_abort.swap(aborts);
+    }
+    for (auto& seq : new_seqs) {
+        Sequence* raw = seq.get();
+        seqs.emplace(raw->id, std::move(seq));
+        scheduler->add(raw);
+    }
+    for (RequestId id : to_abort) {
+        auto it = seqs.find(id);
+        if (it != seqs.end()) finish(it->second.get(), FinishReason::Abort);
+    }
+}
+
+void Engine::Impl::note_scheduled(const SchedulerOutput& plan) {
+    const auto now = EngineClock::now();
+    for (const ScheduledSequence& s : plan.scheduled)
+        if (!s.seq->was_scheduled) {
+            s.seq->was_scheduled = true;
+            s.seq->t_first_scheduled = now;
+        }
+}
+
+void Engine::Impl::update_counters(const SchedulerOutput& plan) {
+    std::lock_guard<std::mutex> lock(counters_mu);
+    EngineCounters& c = counters;
+    ++c.n_steps;
+    for (const ScheduledSequence& s : plan.scheduled) {
+        const bool decode = s.n_tokens == 1 && s.seq->n_output() > 0;
+        (decode ? c.n_decode_tokens : c.n_prefill_tokens) += s.n_tokens;
+    }
+    c.n_preemptions += static_cast<int64_t>(plan.preempted.size());
+    c.max_step_tokens = std::max(c.max_step_tokens, plan.n_tokens);
+    c.n_free_blocks = blocks->n_free();
+    c.n_total_blocks = blocks->n_total();
+    c.n_running = static_cast<int64_t>(scheduler->running().size());
+    c.n_waiting = static_cast<int64_t>(scheduler->waiting().size());
+    const PrefixCacheStats& p = blocks->stats();
+    c.prefix_queries = p.n_queries;
+    c.prefix_query_blocks = p.n_query_blocks;
+    c.prefix_hit_blocks = p.n_hit_blocks;
+    c.prefix_tokens_reused = p.n_tokens_reused;
+    c.prefix_evictions = p.n_evictions;
+    c.prefix_pending_waits = p.n_pending_waits;
+    c.prefix_collisions = p.n_collisions;
+}
+
+Result<RequestId> Engine::Impl::submit(Request request, EventCallback on_event) {
+    auto seq = std::make_unique<Sequence>();
+    if (request.prompt_ids.empty() && !request.prompt_text.empty()) {
+        if (tokenizer == nullptr) return make_error("a text prompt needs a tokenizer (or send token ids)");
+        request.prompt_ids = tokenizer->encode(request.prompt_text, request.add_bos, false);
+    }
+    if (request.prompt_ids.empty()) return make_error("empty prompt");
+    const int64_t n_vocab = decoder.config().n_vocab;
+    for (int32_t id : request.prompt_ids)
+        if (id < 0 || id >= n_vocab) return make_error("prompt token id ", id, " is outside the vocabulary of ", n_vocab);
+    MVLLM_TRY(validate_sampling_params(request.sampling));
+    if (!request.sampling.stop.empty() && !text_streams)
+        return make_error("stop strings need a tokenizer to turn tokens into text");
+    // A sequence of L tokens stores the KV of L - 1 (the last sampled token is never fed back).
+    const int64_t pool_tokens = blocks->n_total() * blocks->block_size();
+    const int64_t limit = std::min(max_model_len, pool_tokens + 1);
+    const int64_t n_prompt = static_cast<int64_t>(request.prompt_ids.size());
+    if (n_prompt >= limit)
+        return make_error("prompt of ", n_prompt, " tokens can never run: the context holds ", max_model_len,
+                          " tokens and the KV pool ", pool_tokens, " (one more token must be generated)");
+    const int64_t max_tokens = request.sampling.max_tokens > 0 ? request.sampling.max_tokens : limit - n_prompt;
+    if (n_prompt + max_tokens > limit)
+        return make_error("prompt of ", n_prompt, " tokens + max_tokens ", max_tokens, " can never fit: the limit is ",
+                          limit, " tokens (context ", max_model_len, ", KV pool ", pool_tokens, " + 1)");
+    seq->id = next_id.fetch_add(1);
+    seq->tokens = std::move(request.prompt_ids);
+    seq->n_prompt = n_prompt;
+    seq->max_tokens = max_tokens;
+    seq->params = std::move(request.sampling);
+    seq->on_event = std::move(on_event);
+    seq->rng.seed(seq->params.seed >= 0 ? static_cast<uint64_t>(seq->params.seed) : mix_seed(seq->id));
+    if (text_streams) seq->text = text_streams();
+    seq->stop_matcher = StopStringMatcher(seq->params.stop);
+    seq->t_arrival = EngineClock::now();
+    const RequestId id = seq->id;
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        seq->arrival = id;
+        live.insert(id);
+        inbox.push_back(std::move(seq));
+    }
+    wake.notify_all();
+    return id;
+}
+
+void Engine::Impl::loop() {
+    for (;;) {
+        const bool busy = !scheduler->idle();
+        {
+            std::unique_lock<std::mutex> lock(mu);
+            if (stopping) return;
+            if (!busy) {
+                wake.wait(lock, [&] { return stopping || !inbox.empty() || !aborts.empty(); });
+                if (stopping) return;
+            }
+        }
+        step(nullptr);
+    }
+}
+
+// ---- Engine ------------------------------------------------------------------------------------
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() { stop(); }
+
+Result<std::unique_ptr<Engine>> Engine::create(Decoder& decoder, const EngineOptions& o, const Tokenizer* tokenizer,
+                                               TextStreamFactory text_streams) {
+    if (o.block_size <= 0) return make_error("--kv-block-size must be positive");
+    if (o.max_batched_tokens <= 0) return make_error("--max-batched-tokens must be positive");
+    if (o.max_seqs <= 0) return make_error("--max-seqs must be positive");
+    if (o.max_prefill_chunk < 0) return make_error("--max-prefill-chunk must be >= 0");
+    DType kv_dtype;
+    if (!parse_type_name(o.kv_dtype, &kv_dtype) || (kv_dtype != DType::F32 && kv_dtype != DType::F16))
+        return make_error("--kv-dtype ", o.kv_dtype, " is not supported (f32 or f16)");
+    auto impl = std::make_unique<Impl>(decoder, tokenizer, std::move(text_streams), o);
+    const ModelConfig& mc = decoder.config();
+    impl->max_model_len = o.max_model_len > 0 ? o.max_model_len : (mc.n_ctx_train > 0 ? mc.n_ctx_train : 4096);
+    const KvCacheConfig geometry = decoder.kv_config(0, o.block_size, kv_dtype);
+    MVLLM_ASSIGN_OR_RETURN(impl->plan, plan_kv_pool(geometry, o.kv_cache_blocks > 0 ? size_t(-1) : o.kv_cache_memory,
+                                                    impl->max_model_len));
+    if (o.kv_cache_blocks > 0) impl->plan.n_blocks = o.kv_cache_blocks;
+    MVLLM_ASSIGN_OR_RETURN(impl->cache, decoder.backend().create_kv_cache(
+                                            decoder.kv_config(impl->plan.n_blocks, o.block_size, kv_dtype)));
+    impl->blocks = std::make_unique<BlockManager>(impl->plan.n_blocks, o.block_size, o.enable_prefix_cache);
+    SchedulerConfig sc;
+    sc.max_batched_tokens = o.max_batched_tokens;
+    sc.max_seqs = o.max_seqs;
+    sc.max_prefill_chunk = o.max_prefill_chunk;
+    sc.policy = o.policy;
+    impl->scheduler = std::make_unique<Scheduler>(sc, *impl->blocks);
+    if (tokenizer != nullptr) {
+        impl->eos_ids = tokenizer->stop_ids;
+        if (tokenizer->eos_id >= 0) impl->eos_ids.push_back(tokenizer->eos_id);
+    }
+    if (mc.eos_token_id >= 0) impl->eos_ids.push_back(mc.eos_token_id);
+    impl->counters.n_total_blocks = impl->counters.n_free_blocks = impl->plan.n_blocks;
+    return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Result<RequestId> Engine::submit(Request request, EventCallback on_event) {
+    return impl_->submit(std::move(request), std::move(on_event));
+}
+
+bool Engine::abort(RequestId id) {
+    {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        if (!impl_->live.count(id)) return false;
+        impl_->aborts.push_back(id);
+    }
+    impl_->wake.notify_all();
+    return true;
+}
+
+bool Engine::next_event(EngineEvent* event, double timeout_seconds) {
+    std::unique_lock<std::mutex> lock(impl_->events_mu);
+    if (!impl_->events_cv.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
+                                   [&] { return !impl_->events.empty(); }))
+        return false;
+    *event = std::move(impl_->events.front());
+    impl_->events.pop_front();
+    return true;
+}
+
+void Engine::start() {
+    if (impl_->thread.joinable()) return;
+    impl_->stopping = false;
+    impl_->thread = std::thread([this] { impl_->loop(); });
+}
+
+void Engine::stop() {
+    {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        impl_->stopping = true;
+    }
+    impl_->wake.notify_all();
+    if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+bool Engine::step(Status* status) { return impl_->step(status); }
+
+void Engine::run_until_idle() {
+    // A step with nothing to schedule while requests are live cannot happen by construction
+    // (a lone request always fits); stop rather than spin if it ever did.
+    while (!idle())
+        if (!impl_->step(nullptr) && !idle()) break;
+}
+
+bool Engine::idle() const {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    return impl_->live.empty();
+}
+
+EngineCounters Engine::counters() const {
+    std::lock_guard<std::mutex> lock(impl_->counters_mu);
+    return impl_->counters;
+}
+
+std::string Engine::startup_report() const { return impl_->plan.report(); }
+
+}  // namespace mvllm

@@ -1,0 +1,35 @@
+// Next-token sampling from one row of logits with a request's SamplingParams. Order of the
+// transforms: penalties (repetition over prompt + output, presence and frequency over output) ->
+// logprobs (log-softmax of the penalised logits) -> greedy when temperature == 0, otherwise
+// temperature -> top_k -> top_p -> min_p -> a draw from the request's own RNG.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace mvllm {
+
+// Applies the penalties in place: logits [n_vocab] f32.
+void apply_penalties(float* logits, int64_t n_vocab, const SamplingParams& params,
+                     const std::vector<int32_t>& tokens, int64_t n_prompt);
+
+// The distribution sampling draws from after temperature, top_k, top_p and min_p: (token,
+// probability) pairs by decreasing probability, summing to 1. Greedy gives one pair.
+std::vector<std::pair<int32_t, float>> sampling_distribution(const float* logits, int64_t n_vocab,
+                                                             const SamplingParams& params);
+
+// Samples the next token of a sequence whose ids are tokens (prompt first). logits [n_vocab] f32
+// is modified (penalties). logprob receives the sampled token's logprob (and the top
+// params.logprobs) when params.logprobs >= 0.
+int32_t sample_token(float* logits, int64_t n_vocab, const SamplingParams& params,
+                     const std::vector<int32_t>& tokens, int64_t n_prompt, std::mt19937_64& rng,
+                     TokenLogprob* logprob);
+
+// Checks ranges (temperature >= 0, 0 < top_p <= 1, ...); an error message names the field.
+Status validate_sampling_params(const SamplingParams& params);
+
+}  // namespace mvllm
