@@ -204,6 +204,7 @@ void Engine::Impl::finish(Sequence* seq, FinishReason reason, const std::string&
     {
         std::lock_guard<std::mutex> lock(counters_mu);
         ++counters.n_finished;
+        counters.n_free_blocks = blocks->n_free();
     }
     std::lock_guard<std::mutex> lock(mu);
     live.erase(id);

@@ -1,0 +1,352 @@
+// The engine on the golden tiny Llama: greedy outputs match the transformers reference and do
+// not depend on batching, preemption, prefix reuse or the submitting thread.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "backend/cpu/cpu_backend.h"
+#include "kv/block_manager.h"
+#include "model/decoder.h"
+#include "model/generate.h"
+
+namespace mvllm {
+namespace {
+
+struct TinyModel {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<CpuBackend> backend;
+    std::unique_ptr<Decoder> decoder;
+};
+
+TinyModel& tiny() {
+    static TinyModel t = [] {
+        TinyModel m;
+        auto model = load_model(MVLLM_FIXTURE_DIR "/tiny-llama");
+        MVLLM_CHECK(model.is_ok()) << model.status().message();
+        m.model = std::move(model.value());
+        CpuBackendOptions o;
+        o.n_threads = 1;
+        m.backend = std::make_unique<CpuBackend>(o);
+        auto dec = Decoder::create(*m.model, *m.backend);
+        MVLLM_CHECK(dec.is_ok()) << dec.status().message();
+        m.decoder = std::move(dec.value());
+        return m;
+    }();
+    return t;
+}
+
+EngineOptions small_options(int64_t n_blocks, int32_t block_size = 4) {
+    EngineOptions o;
+    o.kv_cache_blocks = n_blocks;
+    o.block_size = block_size;
+    o.max_batched_tokens = 64;
+    o.max_seqs = 16;
+    o.max_prefill_chunk = 16;
+    return o;
+}
+
+SamplingParams greedy(int max_tokens) {
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return p;
+}
+
+struct Outcome {
+    std::vector<int32_t> tokens;
+    std::string text;
+    FinishReason reason = FinishReason::Error;
+    RequestStats stats;
+    bool finished = false;
+};
+
+// Runs requests to completion on the calling thread; outcomes in submission order.
+std::vector<Outcome> run_all(Engine& engine, const std::vector<Request>& requests) {
+    std::vector<Outcome> out(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+        auto id = engine.submit(requests[i], [&out, i](const EngineEvent& e) {
+            Outcome& o = out[i];
+            EXPECT_FALSE(o.finished) << "event after finish";
+            if (e.kind == EngineEvent::Kind::Token) {
+                o.tokens.insert(o.tokens.end(), e.token_ids.begin(), e.token_ids.end());
+                o.text += e.text;
+            } else {
+                o.reason = e.reason;
+                o.stats = e.stats;
+                o.finished = true;
+            }
+        });
+        EXPECT_TRUE(id.is_ok()) << id.status().message();
+    }
+    engine.run_until_idle();
+    for (const Outcome& o : out) EXPECT_TRUE(o.finished);
+    return out;
+}
+
+std::vector<int32_t> greedy_alone(const std::vector<int32_t>& prompt, int n) {
+    auto engine = Engine::create(*tiny().decoder, small_options(256)).value();
+    Request r;
+    r.prompt_ids = prompt;
+    r.sampling = greedy(n);
+    return run_all(*engine, {r})[0].tokens;
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int n) {
+    std::vector<int32_t> p(n);
+    for (auto& t : p) t = static_cast<int32_t>(rng() % 512);
+    return p;
+}
+
+TEST(Engine, GreedyMatchesTransformersReference) {
+    std::ifstream in(MVLLM_FIXTURE_DIR "/tiny-llama/reference.json");
+    const auto ref = nlohmann::json::parse(in);
+    const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
+    const auto expected = ref["greedy_ids"].get<std::vector<int32_t>>();
+    auto engine = Engine::create(*tiny().decoder, small_options(64)).value();
+    Request r;
+    r.prompt_ids = prompt;
+    r.sampling = greedy(static_cast<int>(expected.size()));
+    const Outcome o = run_all(*engine, {r})[0];
+    EXPECT_EQ(o.tokens, expected);
+    EXPECT_EQ(o.reason, FinishReason::Length);
+    EXPECT_EQ(o.stats.n_prompt_tokens, static_cast<int64_t>(prompt.size()));
+    EXPECT_EQ(o.stats.n_output_tokens, static_cast<int64_t>(expected.size()));
+    EXPECT_GE(o.stats.ttft_seconds, o.stats.queue_seconds);
+}
+
+TEST(Engine, TinyPoolPreemptsAndMatchesEachRequestAlone) {
+    std::mt19937 rng(11);
+    std::vector<Request> requests;
+    for (int i = 0; i < 12; ++i) {
+        Request r;
+        r.prompt_ids = random_prompt(rng, 5 + rng() % 36);
+        r.sampling = greedy(8 + rng() % 12);
+        requests.push_back(r);
+    }
+    // 16 blocks of 4 = 64 token slots for 12 requests of up to 60 tokens.
+    auto engine = Engine::create(*tiny().decoder, small_options(16)).value();
+    const auto outcomes = run_all(*engine, requests);
+    const EngineCounters c = engine->counters();
+    EXPECT_GT(c.n_preemptions, 0);
+    EXPECT_LE(c.max_step_tokens, 64);
+    EXPECT_EQ(c.n_free_blocks, 16);
+    for (size_t i = 0; i < requests.size(); ++i)
+        EXPECT_EQ(outcomes[i].tokens, greedy_alone(requests[i].prompt_ids, requests[i].sampling.max_tokens)) << i;
+}
+
+TEST(Engine, PrefixReuseGivesTheSameLogitsAsAFreshComputation) {
+    Decoder& decoder = *tiny().decoder;
+    const int32_t block_size = 4;
+    auto cache = KvCache::create(decoder.kv_config(64, block_size, DType::F32)).value();
+    BlockManager bm(64, block_size);
+    std::mt19937 rng(5);
+    const auto first = random_prompt(rng, 32);
+    std::vector<int32_t> second(first.begin(), first.begin() + 24);
+    for (int i = 0; i < 6; ++i) second.push_back(static_cast<int32_t>(rng() % 512));
+    std::vector<float> logits;
+    {   // compute the first prompt and leave its blocks cached
+        BlockTable t;
+        ASSERT_TRUE(bm.allocate(&t, first.size()));
+        Batch b;
+        b.block_size = block_size;
+        b.add_sequence(first, 0, t.blocks, true);
+        ASSERT_TRUE(decoder.forward(b, *cache, &logits).is_ok());
+        bm.commit(&t, first.data(), first.size(), first.size());
+        bm.release(&t);
+    }
+    BlockTable t;
+    const int64_t reused = bm.acquire_prefix(&t, second.data(), second.size() - 1);
+    ASSERT_EQ(reused, 24);
+    ASSERT_TRUE(bm.allocate(&t, second.size()));
+    Batch b;
+    b.block_size = block_size;
+    b.add_sequence(std::vector<int32_t>(second.begin() + reused, second.end()), reused, t.blocks, true);
+    b.want_all_logits();
+    std::vector<float> reused_logits;
+    ASSERT_TRUE(decoder.forward(b, *cache, &reused_logits).is_ok());
+
+    auto fresh_cache = KvCache::create(decoder.kv_config(64, block_size, DType::F32)).value();
+    SequenceRunner runner(decoder, *fresh_cache);
+    std::vector<float> fresh;
+    ASSERT_TRUE(runner.prefill(second, &fresh, true).is_ok());
+    const int64_t n_vocab = decoder.config().n_vocab;
+    ASSERT_EQ(reused_logits.size(), static_cast<size_t>(6 * n_vocab));
+    for (int64_t i = 0; i < 6 * n_vocab; ++i)
+        ASSERT_NEAR(reused_logits[i], fresh[24 * n_vocab + i], 1e-4) << i;
+}
+
+TEST(Engine, PrefixCacheHitsIncludingGeneratedTokensKeepGreedyOutputs) {
+    std::mt19937 rng(3);
+    Request a;
+    a.prompt_ids = random_prompt(rng, 20);
+    a.sampling = greedy(12);
+    auto engine = Engine::create(*tiny().decoder, small_options(128)).value();
+    const Outcome first = run_all(*engine, {a})[0];
+    // A follow-up whose prompt is the first prompt + its output + more (a chat turn).
+    Request b;
+    b.prompt_ids = a.prompt_ids;
+    b.prompt_ids.insert(b.prompt_ids.end(), first.tokens.begin(), first.tokens.end());
+    for (int i = 0; i < 5; ++i) b.prompt_ids.push_back(static_cast<int32_t>(rng() % 512));
+    b.sampling = greedy(10);
+    const Outcome second = run_all(*engine, {b})[0];
+    // 20 + 11 computed tokens (the last output token is never fed back) = 7 full blocks.
+    EXPECT_EQ(second.stats.n_prefix_tokens_reused, 28);
+    EXPECT_EQ(engine->counters().prefix_tokens_reused, 28);
+    EXPECT_EQ(second.tokens, greedy_alone(b.prompt_ids, 10));
+}
+
+TEST(Engine, IdenticalConcurrentPrefixesAreComputedOnce) {
+    std::mt19937 rng(9);
+    Request r;
+    r.prompt_ids = random_prompt(rng, 40);
+    r.sampling = greedy(6);
+    EngineOptions o = small_options(128);
+    o.max_prefill_chunk = 0;
+    auto engine = Engine::create(*tiny().decoder, o).value();
+    const auto outcomes = run_all(*engine, {r, r, r, r});
+    for (const Outcome& x : outcomes) EXPECT_EQ(x.tokens, outcomes[0].tokens);
+    const EngineCounters c = engine->counters();
+    EXPECT_EQ(c.n_prefill_tokens, 40 + 3 * 4);  // the twins reuse 9 of 10 blocks
+    EXPECT_EQ(c.prefix_tokens_reused, 3 * 36);
+    EXPECT_GE(c.prefix_pending_waits, 3);
+}
+
+TEST(Engine, AbortFreesBlocksAndFinishesWithAbort) {
+    auto engine = Engine::create(*tiny().decoder, small_options(64)).value();
+    Request r;
+    r.prompt_ids = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    r.sampling = greedy(200);
+    std::vector<EngineEvent> events;
+    const RequestId id = engine->submit(r, [&](const EngineEvent& e) { events.push_back(e); }).value();
+    for (int i = 0; i < 5; ++i) engine->step();
+    EXPECT_LT(engine->counters().n_free_blocks, 64);
+    EXPECT_TRUE(engine->abort(id));
+    engine->step();
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(events.back().kind, EngineEvent::Kind::Finish);
+    EXPECT_EQ(events.back().reason, FinishReason::Abort);
+    EXPECT_EQ(engine->counters().n_free_blocks, 64);
+    EXPECT_TRUE(engine->idle());
+    EXPECT_FALSE(engine->abort(id));
+}
+
+TEST(Engine, RequestsThatCanNeverFitAreRejected) {
+    auto engine = Engine::create(*tiny().decoder, small_options(4)).value();  // 16 token slots
+    Request r;
+    r.prompt_ids = std::vector<int32_t>(20, 1);
+    auto res = engine->submit(r);
+    ASSERT_FALSE(res.is_ok());
+    EXPECT_NE(res.status().message().find("can never"), std::string::npos) << res.status().message();
+    r.prompt_ids = {1, 2, 3};
+    r.sampling.max_tokens = 50;
+    EXPECT_FALSE(engine->submit(r).is_ok());
+    r.prompt_ids = {1, 100000};
+    r.sampling.max_tokens = 2;
+    EXPECT_FALSE(engine->submit(r).is_ok());
+    r.prompt_ids = {1, 2};
+    r.sampling.stop = {"x"};  // no text without a tokenizer
+    EXPECT_FALSE(engine->submit(r).is_ok());
+}
+
+// Token i as text "<i>".
+class IdText final : public TextStream {
+public:
+    std::string push(int32_t t) override { return "<" + std::to_string(t) + ">"; }
+    std::string flush() override { return ""; }
+};
+
+TEST(Engine, StopStringsCutTheStreamedText) {
+    const std::vector<int32_t> prompt{3, 1, 4, 1, 5, 9, 2, 6};
+    const auto expected = greedy_alone(prompt, 6);
+    auto engine = Engine::create(*tiny().decoder, small_options(64), nullptr,
+                                 [] { return std::make_unique<IdText>(); }).value();
+    Request r;
+    r.prompt_ids = prompt;
+    r.sampling = greedy(6);
+    r.sampling.stop = {"<" + std::to_string(expected[3]) + ">"};
+    const Outcome o = run_all(*engine, {r})[0];
+    std::string want;
+    for (int i = 0; i < 3 && expected[i] != expected[3]; ++i) want += "<" + std::to_string(expected[i]) + ">";
+    EXPECT_EQ(o.reason, FinishReason::Stop);
+    EXPECT_EQ(o.text, want);
+    r.sampling.stop.clear();
+    r.sampling.stop_token_ids = {expected[1]};
+    const Outcome by_id = run_all(*engine, {r})[0];
+    EXPECT_EQ(by_id.reason, FinishReason::Stop);
+    EXPECT_EQ(by_id.tokens.back(), expected[1]);
+}
+
+TEST(Engine, SeededSamplingIsReproducibleAloneAndBatched) {
+    Request r;
+    r.prompt_ids = {7, 8, 9, 10, 11};
+    r.sampling.temperature = 1.0f;
+    r.sampling.top_p = 0.9f;
+    r.sampling.seed = 42;
+    r.sampling.max_tokens = 12;
+    r.sampling.ignore_eos = true;
+    Request other = r;
+    other.prompt_ids = {100, 200, 300};
+    other.sampling.seed = 7;
+    auto engine = Engine::create(*tiny().decoder, small_options(64)).value();
+    const auto alone = run_all(*engine, {r});
+    const auto batched = run_all(*engine, {other, r, other});
+    EXPECT_EQ(alone[0].tokens, batched[1].tokens);
+}
+
+TEST(Engine, ThreadSafeSubmissionFromSeveralThreads) {
+    auto engine = Engine::create(*tiny().decoder, small_options(24)).value();
+    engine->start();
+    std::mutex mu;
+    std::map<int, std::vector<int32_t>> outputs;
+    std::map<int, std::vector<int32_t>> prompts;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            std::mt19937 rng(100 + t);
+            for (int k = 0; k < 4; ++k) {
+                const int key = t * 10 + k;
+                Request r;
+                r.prompt_ids = random_prompt(rng, 3 + rng() % 20);
+                r.sampling = greedy(6);
+                {
+                    std::lock_guard<std::mutex> lock(mu);
+                    prompts[key] = r.prompt_ids;
+                }
+                auto id = engine->submit(r, [&, key](const EngineEvent& e) {
+                    std::lock_guard<std::mutex> lock(mu);
+                    if (e.kind == EngineEvent::Kind::Token)
+                        outputs[key].insert(outputs[key].end(), e.token_ids.begin(), e.token_ids.end());
+                });
+                EXPECT_TRUE(id.is_ok());
+            }
+        });
+    for (auto& th : threads) th.join();
+    // The queue path too.
+    Request q;
+    q.prompt_ids = {5, 6, 7};
+    q.sampling = greedy(4);
+    const RequestId qid = engine->submit(q).value();
+    std::vector<int32_t> queued;
+    EngineEvent e;
+    while (engine->next_event(&e, 30.0)) {
+        EXPECT_EQ(e.id, qid);
+        if (e.kind == EngineEvent::Kind::Finish) break;
+        queued.insert(queued.end(), e.token_ids.begin(), e.token_ids.end());
+    }
+    for (int i = 0; i < 3000 && !engine->idle(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    engine->stop();
+    ASSERT_TRUE(engine->idle());
+    EXPECT_EQ(queued, greedy_alone(q.prompt_ids, 4));
+    ASSERT_EQ(outputs.size(), 16u);
+    for (const auto& [key, out] : outputs) EXPECT_EQ(out, greedy_alone(prompts[key], 6)) << key;
+}
+
+}  // namespace
+}  // namespace mvllm
