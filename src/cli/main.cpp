@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     mvllm::cli::register_file_commands(app);
     mvllm::cli::register_model_commands(app);
+    mvllm::cli::register_template_commands(app);
     mvllm::cli::register_engine_commands(app);
     mvllm::cli::register_tokenize_commands(app);
     try {

@@ -44,6 +44,7 @@ Result<std::vector<int32_t>> parse_ids(const std::string& text);
 // Registration of each command group (each defined in its own file).
 void register_file_commands(CLI::App& app);   // inspect, convert, make-model
 void register_model_commands(CLI::App& app);  // logits, generate, bench decode
+void register_template_commands(CLI::App& app);  // template
 void register_engine_commands(CLI::App& app);  // bench serve
 void register_tokenize_commands(CLI::App& app);  // tokenize, bench tokenize (after model commands)
 

@@ -71,7 +71,8 @@ DType tensor_type_for(FileType ft, WeightId id, int64_t n_in, bool tied) {
 }
 
 Status write_model_gguf(const std::string& path, const ModelConfig& c, FileType file_type,
-                        const ModelWeights& present, const TensorFill& fill, const std::string& name) {
+                        const ModelWeights& present, const TensorFill& fill, const std::string& name,
+                        const Tokenizer* tokenizer) {
     GgufWriter w;
     const std::string a = arch_name(c.arch);
     w.set("general.architecture", GgufValue::str(a));
@@ -90,13 +91,17 @@ Status write_model_gguf(const std::string& path, const ModelConfig& c, FileType 
     w.set(a + ".attention.layer_norm_rms_epsilon", GgufValue::f32(c.rms_norm_eps));
     w.set(a + ".rope.freq_base", GgufValue::f32(c.rope_theta));
     w.set(a + ".rope.dimension_count", GgufValue::u32(c.head_dim));
-    // Placeholder vocabulary of the right size until a real tokenizer is attached.
-    std::vector<std::string> tokens(c.n_vocab);
-    for (int32_t i = 0; i < c.n_vocab; ++i) tokens[i] = "<t" + std::to_string(i) + ">";
-    w.set("tokenizer.ggml.model", GgufValue::str("none"));
-    w.set("tokenizer.ggml.tokens", GgufValue::string_array(tokens));
-    if (c.bos_token_id >= 0) w.set("tokenizer.ggml.bos_token_id", GgufValue::u32(c.bos_token_id));
-    if (c.eos_token_id >= 0) w.set("tokenizer.ggml.eos_token_id", GgufValue::u32(c.eos_token_id));
+    if (tokenizer) {
+        tokenizer->write_gguf(w);
+    } else {
+        // A placeholder vocabulary of the right size (random-weight models have no real one).
+        std::vector<std::string> tokens(c.n_vocab);
+        for (int32_t i = 0; i < c.n_vocab; ++i) tokens[i] = "<t" + std::to_string(i) + ">";
+        w.set("tokenizer.ggml.model", GgufValue::str("none"));
+        w.set("tokenizer.ggml.tokens", GgufValue::string_array(tokens));
+        if (c.bos_token_id >= 0) w.set("tokenizer.ggml.bos_token_id", GgufValue::u32(c.bos_token_id));
+        if (c.eos_token_id >= 0) w.set("tokenizer.ggml.eos_token_id", GgufValue::u32(c.eos_token_id));
+    }
 
     ModelWeights shapes = present;
     for (const WeightSlot& slot : weight_slots(c, &shapes)) {
@@ -150,7 +155,8 @@ Status convert_model(const Model& model, const std::string& out_path, FileType f
     };
     std::string name = model.path;
     if (auto pos = name.find_last_of('/'); pos != std::string::npos) name = name.substr(pos + 1);
-    return write_model_gguf(out_path, model.config, file_type, model.weights, fill, name);
+    return write_model_gguf(out_path, model.config, file_type, model.weights, fill, name,
+                            model.tokenizer.get());
 }
 
 Result<ModelConfig> preset_config(const std::string& name) {

@@ -25,8 +25,11 @@ using TensorFill = std::function<void(const WeightSlot& slot, DType type, void* 
 // Writes config metadata (+ a placeholder vocabulary of n_vocab tokens) and every tensor of the
 // schema, in GGUF names. `fill` is asked for each tensor present in `present` (a slot with a null
 // view is skipped unless required).
+// With a tokenizer, its vocabulary and chat template are written (tokenizer.ggml.*); without one,
+// a placeholder vocabulary of n_vocab tokens.
 Status write_model_gguf(const std::string& path, const ModelConfig& config, FileType file_type,
-                        const ModelWeights& present, const TensorFill& fill, const std::string& name);
+                        const ModelWeights& present, const TensorFill& fill, const std::string& name,
+                        const Tokenizer* tokenizer = nullptr);
 
 // Converts a loaded model (any format) to a GGUF file of `file_type`.
 Status convert_model(const Model& model, const std::string& out_path, FileType file_type, ThreadPool& pool);

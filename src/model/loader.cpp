@@ -70,6 +70,18 @@ Status bind_all(Model& m, FindFn find) {
     return Status::ok();
 }
 
+// Loads the checkpoint's tokenizer unless it has none (absent); a failure is kept as a message.
+template <typename LoadFn>
+void attach_tokenizer(Model& m, LoadFn load, bool absent) {
+    if (absent) {
+        m.tokenizer_error = m.path + ": the model carries no tokenizer";
+        return;
+    }
+    auto t = load();
+    if (t.is_ok()) m.tokenizer = std::move(t).value();
+    else m.tokenizer_error = t.status().message();
+}
+
 Result<std::unique_ptr<Model>> load_gguf(const std::string& path) {
     auto m = std::make_unique<Model>();
     m->path = path;
@@ -77,6 +89,9 @@ Result<std::unique_ptr<Model>> load_gguf(const std::string& path) {
     MVLLM_ASSIGN_OR_RETURN(m->gguf, GgufFile::open(path));
     MVLLM_ASSIGN_OR_RETURN(m->config, config_from_gguf(*m->gguf));
     const GgufFile& f = *m->gguf;
+    const GgufValue* vocab_model = f.find("tokenizer.ggml.model");
+    const bool no_vocab = !vocab_model || (vocab_model->as_string() && *vocab_model->as_string() == "none");
+    attach_tokenizer(*m, [&] { return Tokenizer::from_gguf(f); }, no_vocab);
     MVLLM_TRY(bind_all(*m, [&](const std::string& name) -> std::optional<Found> {
         const GgufTensorInfo* info = f.find_tensor(name);
         if (!info) return std::nullopt;
@@ -92,6 +107,9 @@ Result<std::unique_ptr<Model>> load_hf(const std::string& dir) {
     MVLLM_ASSIGN_OR_RETURN(m->config, config_from_hf_json((fs::path(dir) / "config.json").string()));
     MVLLM_ASSIGN_OR_RETURN(m->safetensors, SafetensorsCheckpoint::open(dir));
     const SafetensorsCheckpoint& st = *m->safetensors;
+    std::error_code ec;
+    attach_tokenizer(*m, [&] { return Tokenizer::from_hf_dir(dir); },
+                     !fs::exists(fs::path(dir) / "tokenizer.json", ec));
     // Some tied checkpoints still store lm_head.weight; the decoder uses the embedding then.
     MVLLM_TRY(bind_all(*m, [&](const std::string& name) -> std::optional<Found> {
         const SafetensorInfo* info = st.find(name);

@@ -11,6 +11,7 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "tokenizer/tokenizer.h"
 
 namespace mvllm {
 
@@ -23,6 +24,12 @@ struct Model {
     std::unique_ptr<GgufFile> gguf;                     // when loaded from GGUF
     std::unique_ptr<SafetensorsCheckpoint> safetensors; // when loaded from a HF folder
     std::vector<std::vector<uint8_t>> owned;            // rewritten tensors
+
+    // The vocabulary, when the checkpoint carries one (GGUF tokenizer.ggml.*, or tokenizer.json
+    // in the folder). Models written by make-model carry a placeholder and have none; a
+    // tokenizer that fails to load leaves the reason in tokenizer_error (token ids still work).
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::string tokenizer_error;
 
     // Total bytes of the weights (the embedding table counted once when tied).
     size_t weight_bytes() const;

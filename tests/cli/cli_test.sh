@@ -64,5 +64,29 @@ expect_error "malformed ids" "not a token id" "$MVLLM" generate -m "$QWEN" --pro
 mkdir -p "$TMP/broken-hf" && cp "$QWEN/model.safetensors" "$TMP/broken-hf/" && sed 's/"num_hidden_layers": 2/"num_hidden_layers": 3/' "$QWEN/config.json" >"$TMP/broken-hf/config.json"
 expect_error "HF checkpoint missing a tensor" "missing tensor model.layers.2" "$MVLLM" generate -m "$TMP/broken-hf" --prompt-ids "1" -n 1
 
+# text tools on the real tokenizers (fetched by scripts/fetch_tokenizers.sh)
+TOK=$FIX/../data/tokenizers/qwen3
+if [ -s "$TOK/tokenizer.json" ]; then
+  ids=$("$MVLLM" tokenize -m "$TOK" --text "Hello world" --json)
+  check "tokenize --json (Qwen3: Hello world)" '[ "$(tr -d " " <<<"$ids")" = "[9707,1879]" ]'
+  # convert carries the tokenizer and chat template into the GGUF
+  mkdir -p "$TMP/qwen-with-tok" && cp "$QWEN"/config.json "$QWEN"/model.safetensors "$TOK"/tokenizer*.json "$TMP/qwen-with-tok/"
+  "$MVLLM" convert "$TMP/qwen-with-tok" "$TMP/qwen-tok.gguf" --type f32 -t 2 2>/dev/null
+  check "convert writes tokenizer.ggml.* and the chat template" \
+    '"$MVLLM" inspect "$TMP/qwen-tok.gguf" | grep -q "tokenizer.chat_template"'
+  text="Ünïcödé 🤖 and code: for (int i = 0; i < 10; ++i) {}"
+  check "tokenize via the converted GGUF == via tokenizer.json" \
+    '[ "$("$MVLLM" tokenize -m "$TMP/qwen-tok.gguf" --text "$text" --json)" = "$("$MVLLM" tokenize -m "$TOK" --text "$text" --json)" ]'
+  printf '[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}]' >"$TMP/msgs.json"
+  check "template via GGUF == via tokenizer_config.json" \
+    '[ "$("$MVLLM" template -m "$TMP/qwen-tok.gguf" --messages "$TMP/msgs.json" --add-generation-prompt)" = "$("$MVLLM" template -m "$TOK" --messages "$TMP/msgs.json" --add-generation-prompt)" ]'
+  check "template renders ChatML with a generation prompt" \
+    '"$MVLLM" template -m "$TOK" --messages "$TMP/msgs.json" --add-generation-prompt | tail -n 1 | grep -qx "<|im_start|>assistant"'
+  printf '{"role": 1}' >"$TMP/bad.json"
+  expect_error "template rejects messages that are not an array" "array of messages" "$MVLLM" template -m "$TOK" --messages "$TMP/bad.json"
+else
+  bad "real tokenizers missing: run scripts/fetch_tokenizers.sh"
+fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
