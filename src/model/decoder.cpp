@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/progress.h"
+
 namespace mvllm {
 
 Result<std::unique_ptr<Decoder>> Decoder::create(const Model& model, Backend& backend,
@@ -11,7 +13,10 @@ Result<std::unique_ptr<Decoder>> Decoder::create(const Model& model, Backend& ba
                           " is not supported (f32, f16)");
     std::unique_ptr<Decoder> d(new Decoder(model.config, backend, options));
     ModelWeights host = model.weights;
-    for (const WeightSlot& slot : weight_slots(d->config_, &host)) {
+    const std::vector<WeightSlot> slots = weight_slots(d->config_, &host);
+    ProgressBar progress("loading " + model.path, static_cast<int64_t>(slots.size()));
+    for (const WeightSlot& slot : slots) {
+        progress.advance();
         if (!slot.view->data) continue;
         MVLLM_ASSIGN_OR_RETURN(*slot.view, backend.upload_weight(*slot.view));
     }
