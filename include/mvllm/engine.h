@@ -100,8 +100,8 @@ struct EngineOptions {
     bool enable_prefix_cache = true;
 };
 
-// Text streaming. The engine asks the factory for one decoder per request; the default, when a
-// tokenizer is given, wraps the tokenizer's IncrementalDecoder (engine/text_stream.h).
+// Text streaming. The engine asks the factory for one decoder per request; without a factory and
+// with a tokenizer, it uses the tokenizer's UTF-8-safe IncrementalDecoder (engine/text_stream.h).
 class TextStream {
 public:
     virtual ~TextStream() = default;

@@ -13,6 +13,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/text_stream.h"
 #include "model/decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -336,6 +337,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Decoder& decoder, const EngineOpt
     DType kv_dtype;
     if (!parse_type_name(o.kv_dtype, &kv_dtype) || (kv_dtype != DType::F32 && kv_dtype != DType::F16))
         return make_error("--kv-dtype ", o.kv_dtype, " is not supported (f32 or f16)");
+    if (!text_streams && tokenizer != nullptr) text_streams = incremental_text_streams(*tokenizer);
     auto impl = std::make_unique<Impl>(decoder, tokenizer, std::move(text_streams), o);
     const ModelConfig& mc = decoder.config();
     impl->max_model_len = o.max_model_len > 0 ? o.max_model_len : (mc.n_ctx_train > 0 ? mc.n_ctx_train : 4096);

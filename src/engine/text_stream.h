@@ -1,6 +1,5 @@
-// The default TextStream: the tokenizer's UTF-8-safe IncrementalDecoder. Header-only, so that the
-// engine library links without the tokenizer's sources; callers holding a tokenizer pass
-// incremental_text_streams(tokenizer) to Engine::create.
+// The default TextStream: the tokenizer's UTF-8-safe IncrementalDecoder (Engine::create uses it
+// when it is given a tokenizer and no TextStreamFactory).
 #pragma once
 
 #include <memory>
