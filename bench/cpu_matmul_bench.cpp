@@ -9,7 +9,13 @@
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <string>
 #include <memory>
 #include <random>
 #include <vector>
@@ -129,4 +135,61 @@ BENCHMARK(BM_Prefill_Q4_0)->Apply(prefill_args)->ArgNames({"n_in", "n_out", "thr
 }  // namespace
 }  // namespace mvllm
 
-BENCHMARK_MAIN();
+// Deterministic mode for instruction counts (valgrind --tool=callgrind) and repeatable timings:
+//   bench_cpu_matmul --model decode|prefill [threads] [repeats] [layers]
+// runs the Q4_0 matmuls of a Qwen2.5-0.5B forward pass (24 layers of q, k, v, o, gate, up, down;
+// decode adds the 151936-row LM head; prefill is one 128-token call per matrix, no LM head) on one
+// set of weights and prints the wall and CPU seconds per pass and the implied tok/s.
+namespace {
+int run_model_mode(int argc, char** argv) {
+    using namespace mvllm;
+    const bool decode = argc > 2 && std::string(argv[2]) == "decode";
+    const int n_threads = argc > 3 ? std::atoi(argv[3]) : 1;
+    const int repeats = argc > 4 ? std::atoi(argv[4]) : 1;
+    const int layers = argc > 5 ? std::atoi(argv[5]) : 24;  // fewer for callgrind
+    const int64_t n_tokens = decode ? 1 : 128;
+    struct Shape { int64_t n_in, n_out; int per_pass; };
+    std::vector<Shape> shapes = {{896, 896, 2 * layers}, {896, 128, 2 * layers}, {896, 4864, 2 * layers},
+                                 {4864, 896, layers}};
+    if (decode) shapes.push_back({896, 151936, 1});
+    std::vector<std::unique_ptr<WeightSet>> weights;
+    for (const Shape& s : shapes) weights.push_back(std::make_unique<WeightSet>(DType::Q4_0, s.n_in, s.n_out, 0));
+    std::vector<float> x(4864 * n_tokens), y(151936 * n_tokens);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> dist;
+    for (auto& v : x) v = dist(rng);
+    ThreadPool pool(n_threads);
+    MatmulScratch scratch;
+    auto pass = [&] {
+        for (size_t i = 0; i < shapes.size(); ++i) {
+            const TensorView xv{DType::F32, {shapes[i].n_in, n_tokens, 1, 1}, x.data()};
+            const TensorView yv{DType::F32, {shapes[i].n_out, n_tokens, 1, 1}, y.data()};
+            for (int k = 0; k < shapes[i].per_pass; ++k) matmul(pool, weights[i]->view(0), xv, yv, scratch);
+        }
+    };
+    if (repeats > 0) pass();  // warm-up: scratch sizes, page faults (repeats 0: one pass only)
+    std::vector<double> wall, cpu;
+    for (int r = 0; r < std::max(1, repeats); ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const std::clock_t c0 = std::clock();
+        pass();
+        cpu.push_back(static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC);
+        wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(wall.begin(), wall.end());
+    std::sort(cpu.begin(), cpu.end());
+    const double w = wall[wall.size() / 2], c = cpu[cpu.size() / 2];
+    std::printf("%s threads=%d: median of %d passes: wall %.2f ms (%.1f tok/s), cpu %.2f ms (%.1f tok/s per cpu-s)\n",
+                decode ? "decode" : "prefill128", n_threads, repeats, 1e3 * w, n_tokens / w, 1e3 * c, n_tokens / c);
+    return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc > 1 && std::string(argv[1]) == "--model") return run_model_mode(argc, argv);
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

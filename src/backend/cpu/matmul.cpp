@@ -8,6 +8,8 @@
 // from memory once per call.
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/matmul.h"
@@ -41,6 +43,17 @@ const VecDotTraits kVecDotTable[] = {
 // clang-format on
 
 constexpr size_t kAlign = 64;
+// From this many tokens on, Q4_0 weights are repacked into 8-row panels per call (the repack
+// costs about as much as two tokens of panel GEMM).
+constexpr int64_t kPanelMinTokens = 4;
+// MVLLM_MATMUL_PANELS=0 turns the panel GEMM off (A/B comparisons).
+bool panels_enabled() {
+    static const bool on = [] {
+        const char* e = std::getenv("MVLLM_MATMUL_PANELS");
+        return e == nullptr || std::strcmp(e, "0") != 0;
+    }();
+    return on;
+}
 inline size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 // Rows per work chunk: about 4 chunks per thread for load balance, a multiple of 16 rows. With
@@ -98,11 +111,20 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
     const size_t f32_row_bytes = align_up(n_in * sizeof(float));
     const size_t act_bytes = act_is_x ? 0 : act_stride * n_tokens;
     const size_t f32_bytes = x_is_f32 ? 0 : f32_row_bytes * n_tokens;  // [n_tokens][n_in] f32 copy
-    if (scratch.buffer.size() < act_bytes + f32_bytes + kAlign) scratch.buffer.resize(act_bytes + f32_bytes + kAlign);
+    // Prefill of Q4_0 on AVX2: each thread repacks its chunk of rows into interleaved 8-row panels.
+    const bool panel_gemm = w.type == DType::Q4_0 && isa != CpuIsa::Scalar && n_tokens >= kPanelMinTokens &&
+                            panels_enabled();
+    const int64_t chunk = rows_per_chunk(n_out, pool.size(), n_tokens, w.row_bytes());
+    const int64_t n_blocks = n_in / QK4_0;
+    const size_t panel_bytes = panel_gemm ? align_up(n_blocks * kQ4PanelBlockBytes) : 0;
+    const size_t panels_per_thread = panel_gemm ? (chunk + 7) / 8 * panel_bytes : 0;
+    const size_t need = act_bytes + f32_bytes + panels_per_thread * pool.size() + kAlign;
+    if (scratch.buffer.size() < need) scratch.buffer.resize(need);
     uint8_t* base = scratch.buffer.data();
     base += (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;
     uint8_t* act = act_is_x ? static_cast<uint8_t*>(x.data) : base;
     uint8_t* x_f32 = base + act_bytes;
+    uint8_t* panels = x_f32 + f32_bytes;
 
     auto convert_tokens = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
@@ -125,10 +147,50 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
     }
 
     // ---- rows: chunks through an atomic counter; tokens in tiles of kMaxTokenTile ----
-    const int64_t chunk = rows_per_chunk(n_out, pool.size(), n_tokens, w.row_bytes());
     const int64_t n_chunks = (n_out + chunk - 1) / chunk;
     float* y = static_cast<float*>(out.data);
     std::atomic<int64_t> next_chunk{0};
+    if (panel_gemm) {
+        // Repack the chunk once, then every token tile runs over all its panels (the tile's
+        // activations stay in L1, the chunk's panels in L2).
+        pool.run([&](int ti, int) {
+            uint8_t* my_panels = panels + ti * panels_per_thread;
+            for (int64_t c = next_chunk.fetch_add(1, std::memory_order_relaxed); c < n_chunks;
+                 c = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
+                const int64_t r0 = c * chunk, r1 = std::min(n_out, r0 + chunk);
+                const int64_t n_panels = (r1 - r0 + 7) / 8;
+                for (int64_t pi = 0; pi < n_panels; ++pi) {
+                    const int rows = static_cast<int>(std::min<int64_t>(8, r1 - r0 - 8 * pi));
+                    avx2::repack_q4_0_x8(w.row(r0 + 8 * pi), w.row_bytes(), rows, n_blocks, my_panels + pi * panel_bytes);
+                }
+                for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokenTile) {
+                    const int n_x = static_cast<int>(std::min<int64_t>(kMaxTokenTile, n_tokens - t0));
+                    for (int64_t pi = 0; pi < n_panels; ++pi) {
+                        const int rows = static_cast<int>(std::min<int64_t>(8, r1 - r0 - 8 * pi));
+                        avx2::gemm_q4_0_x8(n_blocks, my_panels + pi * panel_bytes, act + t0 * act_stride, act_stride,
+                                           n_x, y + t0 * n_out + r0 + 8 * pi, n_out, rows);
+                    }
+                }
+            }
+        });
+        return;
+    }
+    const size_t w_row_bytes = w.row_bytes();
+    const auto* w_data = static_cast<const uint8_t*>(w.data);
+    if (w.type == DType::Q4_0 && isa != CpuIsa::Scalar && n_tokens == 1 && panels_enabled()) {
+        // Decode: 8 rows at a time through the in-register transpose; the last n_out % 8 rows
+        // through the row kernel.
+        pool.run([&](int, int) {
+            for (int64_t c = next_chunk.fetch_add(1, std::memory_order_relaxed); c < n_chunks;
+                 c = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
+                const int64_t r0 = c * chunk, r1 = std::min(n_out, r0 + chunk);
+                int64_t r = r0;
+                for (; r + 8 <= r1; r += 8) avx2::gemv_q4_0_x8(n_blocks, w_data + r * w_row_bytes, w_row_bytes, act, y + r);
+                for (; r < r1; ++r) dot(n_in, w_data + r * w_row_bytes, act, act_stride, 1, y + r);
+            }
+        });
+        return;
+    }
     pool.run([&](int, int) {
         float tile_out[kMaxTokenTile];
         for (int64_t c = next_chunk.fetch_add(1, std::memory_order_relaxed); c < n_chunks;
@@ -138,7 +200,7 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
                 const int n_x = static_cast<int>(std::min<int64_t>(kMaxTokenTile, n_tokens - t0));
                 const uint8_t* xt = act + t0 * act_stride;
                 for (int64_t r = r0; r < r1; ++r) {
-                    dot(n_in, w.row(r), xt, act_stride, n_x, tile_out);
+                    dot(n_in, w_data + r * w_row_bytes, xt, act_stride, n_x, tile_out);
                     for (int j = 0; j < n_x; ++j) y[(t0 + j) * n_out + r] = tile_out[j];
                 }
             }

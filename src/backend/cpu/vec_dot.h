@@ -28,7 +28,8 @@ constexpr int kMaxTokenTile = 4;
 //   Q8_0: [nb] BlockQ8_0 (nb = n/32), zero padding to 32 bytes, then [nb8] f32 d and [nb8] f32
 //         d * sum(qs) (nb8 = nb rounded up to 8, zero padded): the block scales once more as
 //         floats, so SIMD kernels load 8 of them as one vector, and the block sums that turn an
-//         unsigned-nibble dot into the Q4_0 dot (sum (u - 8) x = sum u x - 8 sum x).
+//         unsigned-nibble dot into the Q4_0 dot (sum (u - 8) x = sum u x - 8 sum x), then [nb8]
+//         int32 bias words for the interleaved Q4_0 GEMM (act_q8_0_bias).
 size_t act_row_bytes(DType act, int64_t n);
 // The [nb8] f32 d array of a Q8_0 activation row (the d * sum array follows it).
 inline const float* act_q8_0_scales(const void* row, int64_t n) {
@@ -36,6 +37,12 @@ inline const float* act_q8_0_scales(const void* row, int64_t n) {
     return reinterpret_cast<const float*>(static_cast<const char*>(row) + blocks);
 }
 inline int64_t act_q8_0_n_scales(int64_t n) { return (n / QK8_0 + 7) / 8 * 8; }
+// The [nb8] bias words of a Q8_0 activation row: per block, the low i16 is -8 * (sum of q[k] with
+// k % 4 in {0, 1}) and the high i16 -8 * (sum of q[k] with k % 4 in {2, 3}). The interleaved Q4_0
+// GEMM starts its i16 pair sums of unsigned nibbles there, so they come out as sums of (u - 8) q.
+inline const int32_t* act_q8_0_bias(const void* row, int64_t n) {
+    return reinterpret_cast<const int32_t*>(act_q8_0_scales(row, n) + 2 * act_q8_0_n_scales(n));
+}
 // Writes the padding and the f32 arrays of a Q8_0 activation row whose blocks are filled in.
 void finish_act_q8_0(void* row, int64_t n);
 
@@ -44,6 +51,18 @@ using VecDotFn = void (*)(int64_t n, const void* w, const void* x, size_t x_row_
                           float* out);
 // Converts n floats into one activation row of the table's activation type.
 using ActQuantizeFn = void (*)(const float* src, void* dst, int64_t n);
+
+// ---- interleaved Q4_0 GEMM (prefill) --------------------------------------------------------------
+// A panel holds 8 weight rows of n_blocks Q4_0 blocks, block after block: 8 f32 row scales (32 B),
+// then 8 vectors of 32 bytes; vector v (h = v / 4, g = v % 4) has, in its 32-bit lane r, the
+// unsigned nibble values 16 h + 4 g .. 16 h + 4 g + 3 of row r as bytes. One maddubs with the
+// matching 4 activation bytes broadcast then gives every row's partial dot in its own lane.
+constexpr size_t kQ4PanelBlockBytes = 32 + 8 * 32;
+// Repacks n_rows (1..8) rows, row_bytes apart, into a panel; missing rows are zero.
+using RepackFn = void (*)(const void* w, size_t row_bytes, int n_rows, int64_t n_blocks, void* panel);
+// y[j * y_stride + r] = row r . token j for r < n_rows, j < n_x (1..kMaxTokenTile); x as VecDotFn.
+using PanelGemmFn = void (*)(int64_t n_blocks, const void* panel, const void* x, size_t x_row_bytes, int n_x,
+                             float* y, size_t y_stride, int n_rows);
 
 struct VecDotTraits {
     DType weight;
@@ -85,6 +104,12 @@ void dot_q6_K(int64_t, const void*, const void*, size_t, int, float*);
 void quantize_q8_0(const float* src, void* dst, int64_t n);
 void quantize_act_q8_0(const float* src, void* dst, int64_t n);  // quantize_q8_0 + finish
 void quantize_q8_K(const float* src, void* dst, int64_t n);
+void repack_q4_0_x8(const void* w, size_t row_bytes, int n_rows, int64_t n_blocks, void* panel);
+void gemm_q4_0_x8(int64_t n_blocks, const void* panel, const void* x, size_t x_row_bytes, int n_x, float* y,
+                  size_t y_stride, int n_rows);
+// One token (decode): y[0..8) = 8 Q4_0 rows (row_bytes apart) . x, the panel transpose done in
+// registers on the fly.
+void gemv_q4_0_x8(int64_t n_blocks, const void* w, size_t row_bytes, const void* x, float* y);
 // Converts n f16 values to f32 (F16 activations).
 void convert_f16_to_f32(const uint16_t* src, float* dst, int64_t n);
 }  // namespace avx2

@@ -182,7 +182,7 @@ namespace mvllm {
 
 size_t act_row_bytes(DType act, int64_t n) {
     if (act != DType::Q8_0) return row_size(act, n);
-    return reinterpret_cast<size_t>(act_q8_0_scales(nullptr, n)) + 2 * act_q8_0_n_scales(n) * sizeof(float);
+    return reinterpret_cast<size_t>(act_q8_0_scales(nullptr, n)) + 3 * act_q8_0_n_scales(n) * sizeof(float);
 }
 
 void finish_act_q8_0(void* row, int64_t n) {
@@ -190,17 +190,25 @@ void finish_act_q8_0(void* row, int64_t n) {
     auto* blocks = static_cast<BlockQ8_0*>(row);
     auto* d = const_cast<float*>(act_q8_0_scales(row, n));
     float* d_sum = d + nb8;
+    auto* bias = reinterpret_cast<int32_t*>(d_sum + nb8);
     uint8_t* pad = reinterpret_cast<uint8_t*>(blocks + nb);
     std::memset(pad, 0, reinterpret_cast<uint8_t*>(d) - pad);
     for (int64_t b = 0; b < nb8; ++b) {
         if (b >= nb) {
             d[b] = d_sum[b] = 0.0f;
+            bias[b] = 0;
             continue;
         }
-        int32_t sum = 0;
-        for (int i = 0; i < QK8_0; ++i) sum += blocks[b].qs[i];
+        int32_t s01 = 0, s23 = 0;
+        for (int i = 0; i < QK8_0; i += 4) {
+            s01 += blocks[b].qs[i] + blocks[b].qs[i + 1];
+            s23 += blocks[b].qs[i + 2] + blocks[b].qs[i + 3];
+        }
         d[b] = f16_to_f32(blocks[b].d);
-        d_sum[b] = d[b] * static_cast<float>(sum);
+        d_sum[b] = d[b] * static_cast<float>(s01 + s23);
+        const uint32_t lo = static_cast<uint16_t>(static_cast<int16_t>(-8 * s01));
+        const uint32_t hi = static_cast<uint16_t>(static_cast<int16_t>(-8 * s23));
+        bias[b] = static_cast<int32_t>(lo | (hi << 16));
     }
 }
 
