@@ -3,6 +3,10 @@
 #include <cstdio>
 #include <sstream>
 
+#ifdef MVLLM_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
 namespace mvllm::cli {
 
 int fail(const Status& status) {
@@ -12,28 +16,43 @@ int fail(const Status& status) {
 
 void add_run_options(CLI::App* cmd, RunOptions* o) {
     cmd->add_option("-m,--model", o->model, "GGUF file or Hugging Face checkpoint folder")->required();
-    cmd->add_option("--device", o->device, "cpu (cuda arrives with the CUDA backend)")
+    cmd->add_option("--device", o->device, "cpu | cuda (cuda when built with the CUDA backend)")
         ->check(CLI::IsMember({"cpu", "cuda"}));
     cmd->add_option("-t,--threads", o->threads, "CPU threads (0: all)");
     cmd->add_option("--attention", o->attention, "naive | grouped | fused")
         ->check(CLI::IsMember({"naive", "grouped", "fused"}));
     cmd->add_option("--activation-dtype", o->activation_dtype, "f32 | f16")->check(CLI::IsMember({"f32", "f16"}));
-    cmd->add_option("--kv-dtype", o->kv_dtype, "f32 | f16 (default: the activation dtype)")
-        ->check(CLI::IsMember({"f32", "f16"}));
+    cmd->add_option("--kv-dtype", o->kv_dtype, "f32 | f16 | bf16 (bf16: cuda only; default: the activation dtype)")
+        ->check(CLI::IsMember({"f32", "f16", "bf16"}));
     cmd->add_option("--kv-block-size", o->kv_block_size, "tokens per KV block")->check(CLI::Range(1, 1 << 20));
     cmd->add_option("-c,--ctx-size", o->ctx_size, "KV cache capacity in tokens (0: what the run needs)");
     cmd->add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens per forward call (0: all)");
 }
 
 Result<Runtime> make_runtime(const RunOptions& o, int64_t n_tokens) {
+#ifndef MVLLM_HAVE_CUDA
     if (o.device != "cpu")
         return make_error("--device ", o.device, " is not available in this build (only cpu)");
+#endif
     Runtime rt;
     MVLLM_ASSIGN_OR_RETURN(rt.model, load_model(o.model));
-    CpuBackendOptions cpu;
-    cpu.n_threads = o.threads;
-    parse_attention_variant(o.attention, &cpu.attention);
-    rt.backend = std::make_unique<CpuBackend>(cpu);
+    AttentionVariant variant = AttentionVariant::Fused;
+    parse_attention_variant(o.attention, &variant);
+#ifdef MVLLM_HAVE_CUDA
+    if (o.device == "cuda") {
+        CudaBackendOptions cuda;
+        cuda.attention = variant == AttentionVariant::Naive     ? CudaAttentionVariant::Naive
+                         : variant == AttentionVariant::Grouped ? CudaAttentionVariant::Grouped
+                                                                : CudaAttentionVariant::Fused;
+        MVLLM_ASSIGN_OR_RETURN(rt.backend, CudaBackend::create(cuda));
+    }
+#endif
+    if (!rt.backend) {
+        CpuBackendOptions cpu;
+        cpu.n_threads = o.threads;
+        cpu.attention = variant;
+        rt.backend = std::make_unique<CpuBackend>(cpu);
+    }
     DecoderOptions dopt;
     parse_type_name(o.activation_dtype, &dopt.activation_dtype);
     MVLLM_ASSIGN_OR_RETURN(rt.decoder, Decoder::create(*rt.model, *rt.backend, dopt));

@@ -5,6 +5,7 @@
 #include <limits>
 #include <new>
 #include <stdexcept>
+#include <string>
 
 namespace mvllm {
 namespace {
@@ -31,14 +32,18 @@ size_t block_bytes_all(const KvCacheConfig& c) {
 
 }  // namespace
 
-Result<std::unique_ptr<KvCache>> KvCache::create(const KvCacheConfig& config) {
-    if (config.dtype != DType::F32 && config.dtype != DType::F16) {
+Result<size_t> KvCache::storage_bytes(const KvCacheConfig& config, const std::vector<DType>& allowed) {
+    bool ok = false;
+    for (DType t : allowed) ok = ok || t == config.dtype;
+    if (!ok) {
+        std::string names;
+        for (DType t : allowed) names += (names.empty() ? "" : " or ") + std::string(type_name(t));
         const uint32_t id = static_cast<uint32_t>(config.dtype);
         const TypeTraits* t = find_type_traits(id);
         if (t != nullptr) {
-            return make_error("KV cache dtype ", t->name, " is not supported (use f32 or f16)");
+            return make_error("KV cache dtype ", t->name, " is not supported (use ", names, ")");
         }
-        return make_error("KV cache dtype id ", id, " is not supported (use f32 or f16)");
+        return make_error("KV cache dtype id ", id, " is not supported (use ", names, ")");
     }
     if (config.n_layers <= 0 || config.n_kv_heads <= 0 || config.head_dim <= 0 ||
         config.block_size <= 0 || config.n_blocks <= 0) {
@@ -54,10 +59,15 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const KvCacheConfig& config) {
                           " layers, ", config.n_kv_heads, " KV heads, head_dim ", config.head_dim,
                           ", block_size ", config.block_size, ") does not fit in memory");
     }
+    return static_cast<size_t>(total);
+}
+
+Result<std::unique_ptr<KvCache>> KvCache::create(const KvCacheConfig& config) {
+    MVLLM_ASSIGN_OR_RETURN(const size_t total, storage_bytes(config, {DType::F32, DType::F16}));
     std::unique_ptr<KvCache> cache(new KvCache());
     cache->config_ = config;
     try {
-        cache->storage_.resize(static_cast<size_t>(total));  // zero-initialised
+        cache->storage_.resize(total);  // zero-initialised
     } catch (const std::bad_alloc&) {
         return make_error("could not allocate ", static_cast<double>(total) / (1 << 20),
                           " MiB of host memory for the KV cache (", config.n_blocks, " blocks)");
@@ -65,14 +75,29 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const KvCacheConfig& config) {
         return make_error("KV cache of ", static_cast<double>(total) / (1 << 20),
                           " MiB exceeds the maximum allocation size");
     }
+    cache->base_ = cache->storage_.data();
     return cache;
+}
+
+std::unique_ptr<KvCache> KvCache::wrap(const KvCacheConfig& config, void* storage,
+                                       std::function<void(void*)> release, bool on_device) {
+    std::unique_ptr<KvCache> cache(new KvCache());
+    cache->config_ = config;
+    cache->base_ = static_cast<uint8_t*>(storage);
+    cache->release_ = std::move(release);
+    cache->on_device_ = on_device;
+    return cache;
+}
+
+KvCache::~KvCache() {
+    if (release_ && base_ != nullptr) release_(base_);
 }
 
 KvLayerView KvCache::layer(int32_t layer) {
     MVLLM_CHECK(layer >= 0 && layer < config_.n_layers)
         << "layer " << layer << " of " << config_.n_layers;
     const size_t half = block_bytes_one(config_) * static_cast<size_t>(config_.n_blocks);
-    uint8_t* base = storage_.data() + static_cast<size_t>(layer) * 2 * half;
+    uint8_t* base = base_ + static_cast<size_t>(layer) * 2 * half;
     KvLayerView v;
     v.k = base;
     v.v = base + half;

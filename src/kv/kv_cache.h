@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -46,15 +47,32 @@ public:
     // Allocates (zeroed) host memory for the blocks. Errors when dtype is unsupported or the
     // allocation fails.
     static Result<std::unique_ptr<KvCache>> create(const KvCacheConfig& config);
+    // Takes ownership of storage allocated elsewhere (a backend's device memory) that holds
+    // storage_bytes(config) bytes in the same layout; `release` frees it when the cache dies.
+    static std::unique_ptr<KvCache> wrap(const KvCacheConfig& config, void* storage,
+                                         std::function<void(void*)> release, bool on_device);
+    // Validates a geometry and returns the bytes its storage needs. `allowed`: the dtypes the
+    // backend supports (the host cache: F32, F16).
+    static Result<size_t> storage_bytes(const KvCacheConfig& config,
+                                        const std::vector<DType>& allowed);
+    ~KvCache();
+    KvCache(const KvCache&) = delete;
+    KvCache& operator=(const KvCache&) = delete;
 
     const KvCacheConfig& config() const { return config_; }
+    // True when layer() views point into device memory (not dereferenceable on the host).
+    bool on_device() const { return on_device_; }
     KvLayerView layer(int32_t layer);
     size_t bytes_per_block() const;  // all layers, K and V
     size_t total_bytes() const { return bytes_per_block() * config_.n_blocks; }
 
 private:
+    KvCache() = default;
     KvCacheConfig config_;
-    std::vector<uint8_t> storage_;  // [n_layers][2][n_blocks * block bytes]
+    std::vector<uint8_t> storage_;  // host cache: [n_layers][2][n_blocks * block bytes]
+    uint8_t* base_ = nullptr;       // storage_.data() or the wrapped storage
+    std::function<void(void*)> release_;
+    bool on_device_ = false;
 };
 
 // Blocks of `block_size` tokens that fit in `budget_bytes` for this geometry.

@@ -1,0 +1,56 @@
+// CUDA attention over the paged KV cache, three ways (host launchers only; --attention):
+//
+//  * naive:   K and V of every sequence repeated to the query-head count into a dense scratch
+//             [sum of context][n_heads][head_dim] (the write-up's "repeat_kv"), then three kernels:
+//             scores = Q K^T, softmax, out = P V, each query head reading its own copy.
+//  * grouped: the same three kernels reading K/V in place from the paged blocks; one CTA scores a
+//             tile of context tokens for all query heads of a KV group (each K row loaded once).
+//  * fused:   one paged flash-decoding kernel: one CTA per (query row, KV head, context split)
+//             holding up to 8 query heads of the group in registers, online softmax (base 2, f32),
+//             each K/V vector loaded once for the group; a merge kernel combines the splits.
+//             Prefill rows run the same kernel, one query row per CTA (causal: row i sees
+//             positions 0..positions[i]).
+//
+// q: [n_tokens][n_heads][head_dim] f32 with RoPE applied; out: same shape, F32/F16/BF16. The KV
+// cache already holds the batch's new tokens (launch_kv_store).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/device_batch.h"
+#include "core/tensor.h"
+
+namespace mvllm::cuda {
+
+enum class CudaAttention { Naive, Grouped, Fused };
+
+// Device scratch of the attention variants, grown on demand (growth synchronises the device).
+struct AttentionScratch {
+    void* scores = nullptr;  // naive/grouped: [n_tokens][n_heads][max_context] f32
+    size_t scores_bytes = 0;
+    void* repeated = nullptr;  // naive: K then V, [sum of context][n_heads][head_dim] cache dtype
+    size_t repeated_bytes = 0;
+    void* partial = nullptr;  // fused: o [n_tokens][n_heads][n_splits][head_dim] f32, then (m, l) pairs
+    size_t partial_bytes = 0;
+    ~AttentionScratch();
+};
+
+// Head dims and KV dtypes the kernels are compiled for; anything else is refused at load.
+bool cuda_attention_supported(int32_t head_dim, DType kv_dtype);
+
+// The context split of the fused kernel for a batch (host rule, depends on the batch's shape
+// and the device's SM count only). Exposed for the benchmark and the tests.
+struct FusedSplit {
+    int32_t n_splits = 1;
+    int32_t split_tokens = 0;
+};
+FusedSplit fused_split(int32_t n_rows, int32_t n_kv_heads, int32_t n_head_tiles, int32_t max_context,
+                       int32_t n_sms);
+
+// seq_ctx_offset: [n_seqs] prefix sums of context_len (naive's dense offsets).
+void launch_attention(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
+                      int64_t total_context, const DeviceKvLayer& kv, const TensorView& q,
+                      const TensorView& out, int32_t n_heads, float scale, AttentionScratch& scratch,
+                      int32_t n_sms, cudaStream_t stream);
+
+}  // namespace mvllm::cuda

@@ -1,0 +1,70 @@
+// The CUDA backend: weights uploaded once to the GPU in their stored types, a paged KV cache in
+// device memory (F32, F16 or BF16), an activation arena, the batch metadata uploaded once per
+// forward, and the kernels of backend/cuda/*.cuh on one stream. Include-safe without CUDA
+// headers (the CUDA handles are opaque here).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace mvllm {
+
+enum class CudaAttentionVariant { Naive, Grouped, Fused };
+
+struct CudaBackendOptions {
+    int device = 0;
+    CudaAttentionVariant attention = CudaAttentionVariant::Fused;
+};
+
+// True when a CUDA device can be used (driver present, at least one device).
+bool cuda_device_available();
+
+class CudaBackend final : public Backend {
+public:
+    // Errors when no CUDA device can be used.
+    static Result<std::unique_ptr<CudaBackend>> create(const CudaBackendOptions& options);
+    ~CudaBackend() override;
+    std::string name() const override;
+
+    // Copies a weight to device memory (once). Refuses types without CUDA kernels (Q5_K) and
+    // reports what did not fit when device memory runs out.
+    Result<TensorView> upload_weight(const TensorView& host) override;
+    // Device-resident paged KV cache (F32, F16 or BF16); head_dim 16, 32, 64 or 128.
+    Result<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config) override;
+
+    void begin(const Batch& batch) override;
+    TensorView alloc(DType type, int64_t width, int64_t n_rows) override;
+
+    void embed(const TensorView& table, const TensorView& out) override;
+    void rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) override;
+    void matmul(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out) override;
+    void rope(const TensorView& x, int32_t n_heads, const RopeParams& rope) override;
+    void kv_store(KvCache& cache, int32_t layer, const TensorView& k, const TensorView& v) override;
+    void attention(KvCache& cache, int32_t layer, const TensorView& q, const TensorView& out,
+                   int32_t n_heads, float scale) override;
+    void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out) override;
+    void add(const TensorView& acc, const TensorView& x) override;
+    void gather_logit_rows(const TensorView& x, const TensorView& out) override;
+    void to_host(const TensorView& x, float* dst) override;
+
+    // Greedy sampling on the device: the argmax of each row of an F32 device tensor
+    // (e.g. the logits), copied to dst[x.ne[1]].
+    void argmax_rows(const TensorView& x, int32_t* dst);
+    // Raw byte copies between a device tensor and host memory (tests, tools). Synchronous.
+    void download(const TensorView& x, void* dst);
+    void upload(const void* src, const TensorView& x);
+    // Copies one layer's K and V blocks of a device cache to host (n_blocks * block bytes each).
+    void download_kv_layer(KvCache& cache, int32_t layer, void* k_dst, void* v_dst);
+    void synchronize();
+    int32_t sm_count() const;
+
+private:
+    struct Impl;
+    explicit CudaBackend(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mvllm

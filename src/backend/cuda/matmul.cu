@@ -1,0 +1,265 @@
+#include "backend/cuda/matmul.cuh"
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/dequant.cuh"
+#include "backend/cuda/ops.cuh"
+
+namespace mvllm::cuda {
+namespace {
+
+constexpr int kGemvWarps = 4;  // output rows per CTA
+
+// 32 consecutive activations (16-byte aligned) dotted with w[32].
+__device__ __forceinline__ float dot32(const float (&w)[kChunk], const float* x) {
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kChunk / 4; ++i) {
+        const float4 v = x4[i];
+        s += w[4 * i] * v.x + w[4 * i + 1] * v.y + w[4 * i + 2] * v.z + w[4 * i + 3] * v.w;
+    }
+    return s;
+}
+__device__ __forceinline__ float dot32(const float (&w)[kChunk], const __half* x) {
+    const uint4* x4 = reinterpret_cast<const uint4*>(x);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kChunk / 8; ++i) {
+        const uint4 v = x4[i];
+        const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[j]));
+            s += w[8 * i + 2 * j] * f.x + w[8 * i + 2 * j + 1] * f.y;
+        }
+    }
+    return s;
+}
+
+// Reads: W rows (quantised), x [n_tokens][n_in], bias [n_out] (optional).
+// Writes: out [n_tokens][n_out] f32.
+// Launch: grid ceil(n_out / 4), 128 threads; one warp per output row, lanes stride the row's
+// 32-value chunks (dequantised once into registers, dotted with all NT <= 8 token columns).
+template <DType T, typename XT, int NT>
+__global__ void __launch_bounds__(128) gemv_quant_kernel(const uint8_t* w, size_t row_bytes, const XT* x,
+                                                         const float* bias, float* out, int64_t n_in,
+                                                         int64_t n_out, int n_tokens) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+    if (row >= n_out) return;
+    const uint8_t* wr = w + row * row_bytes;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+    const int64_t n_chunks = n_in / kChunk;
+    for (int64_t c = lane; c < n_chunks; c += 32) {
+        float wv[kChunk];
+        dequant_chunk<T>(wr, c, wv);
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+            if (t < n_tokens) acc[t] += dot32(wv, x + t * n_in + c * kChunk);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const float s = warp_sum(acc[t]);
+        if (lane == 0 && t < n_tokens) out[t * n_out + row] = s + (bias ? bias[row] : 0.0f);
+    }
+}
+
+// As gemv_quant_kernel for F32 / F16 / BF16 weights: lanes stride the row's elements
+// (coalesced). Launch: grid ceil(n_out / 4), 128 threads.
+template <typename WT, typename XT, int NT>
+__global__ void __launch_bounds__(128) gemv_float_kernel(const WT* w, const XT* x, const float* bias, float* out,
+                                                         int64_t n_in, int64_t n_out, int n_tokens) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+    if (row >= n_out) return;
+    const WT* wr = w + row * n_in;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+    for (int64_t i = lane; i < n_in; i += 32) {
+        const float wv = load_f(wr, i);
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+            if (t < n_tokens) acc[t] += wv * load_f(x, t * n_in + i);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const float s = warp_sum(acc[t]);
+        if (lane == 0 && t < n_tokens) out[t * n_out + row] = s + (bias ? bias[row] : 0.0f);
+    }
+}
+
+// Reads: W (quantised). Writes: out [n_out][n_in] (f16 or f32). One thread per 32-value chunk,
+// grid-stride over all chunks of the matrix.
+template <DType T, typename OT>
+__global__ void dequantize_kernel(const uint8_t* w, size_t row_bytes, OT* out, int64_t n_in, int64_t n_rows) {
+    const int64_t chunks_per_row = n_in / kChunk;
+    const int64_t total = chunks_per_row * n_rows;
+    for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < total;
+         g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t row = g / chunks_per_row, c = g % chunks_per_row;
+        float v[kChunk];
+        dequant_chunk<T>(w + row * row_bytes, c, v);
+        OT* o = out + row * n_in + c * kChunk;
+#pragma unroll
+        for (int i = 0; i < kChunk; ++i) store_f(o, i, v[i]);
+    }
+}
+
+template <typename XT, int NT>
+void gemv_dispatch_weight(const TensorView& w, const XT* x, const float* bias, float* out, int64_t n_in,
+                          int64_t n_out, int n_tokens, cudaStream_t stream) {
+    const unsigned grid = static_cast<unsigned>(ceil_div(n_out, kGemvWarps));
+    const auto* wq = static_cast<const uint8_t*>(w.data);
+    const size_t rb = w.row_bytes();
+    switch (w.type) {
+        case DType::F32: gemv_float_kernel<float, XT, NT><<<grid, 128, 0, stream>>>(static_cast<const float*>(w.data), x, bias, out, n_in, n_out, n_tokens); break;
+        case DType::F16: gemv_float_kernel<__half, XT, NT><<<grid, 128, 0, stream>>>(static_cast<const __half*>(w.data), x, bias, out, n_in, n_out, n_tokens); break;
+        case DType::BF16: gemv_float_kernel<__nv_bfloat16, XT, NT><<<grid, 128, 0, stream>>>(static_cast<const __nv_bfloat16*>(w.data), x, bias, out, n_in, n_out, n_tokens); break;
+        case DType::Q8_0: gemv_quant_kernel<DType::Q8_0, XT, NT><<<grid, 128, 0, stream>>>(wq, rb, x, bias, out, n_in, n_out, n_tokens); break;
+        case DType::Q4_0: gemv_quant_kernel<DType::Q4_0, XT, NT><<<grid, 128, 0, stream>>>(wq, rb, x, bias, out, n_in, n_out, n_tokens); break;
+        case DType::Q4_K: gemv_quant_kernel<DType::Q4_K, XT, NT><<<grid, 128, 0, stream>>>(wq, rb, x, bias, out, n_in, n_out, n_tokens); break;
+        case DType::Q6_K: gemv_quant_kernel<DType::Q6_K, XT, NT><<<grid, 128, 0, stream>>>(wq, rb, x, bias, out, n_in, n_out, n_tokens); break;
+        default: MVLLM_CHECK(false) << "matmul: weight type " << type_name(w.type);
+    }
+}
+
+template <typename XT>
+void gemv_dispatch_columns(const TensorView& w, const XT* x, const float* bias, float* out, int64_t n_in,
+                           int64_t n_out, int n_tokens, cudaStream_t stream) {
+    if (n_tokens <= 1) gemv_dispatch_weight<XT, 1>(w, x, bias, out, n_in, n_out, n_tokens, stream);
+    else if (n_tokens <= 2) gemv_dispatch_weight<XT, 2>(w, x, bias, out, n_in, n_out, n_tokens, stream);
+    else if (n_tokens <= 4) gemv_dispatch_weight<XT, 4>(w, x, bias, out, n_in, n_out, n_tokens, stream);
+    else gemv_dispatch_weight<XT, 8>(w, x, bias, out, n_in, n_out, n_tokens, stream);
+}
+
+void ensure(void** ptr, size_t* have, size_t need) {
+    if (*have >= need) return;
+    MVLLM_CUDA_CHECK(cudaDeviceSynchronize());  // the old buffer may still be in use
+    if (*ptr) MVLLM_CUDA_CHECK(cudaFree(*ptr));  // cudaFree waits for the work using it
+    *ptr = nullptr;
+    *have = 0;
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    const cudaError_t err = cudaMalloc(ptr, need);
+    MVLLM_CHECK(err == cudaSuccess) << "matmul scratch of " << need / 1048576.0 << " MiB did not fit ("
+                                    << free_b / 1048576.0 << " MiB free): " << cudaGetErrorString(err);
+    *have = need;
+}
+
+bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+}  // namespace
+
+bool cuda_weight_type_supported(DType type) {
+    switch (type) {
+        case DType::F32: case DType::F16: case DType::BF16:
+        case DType::Q8_0: case DType::Q4_0: case DType::Q4_K: case DType::Q6_K: return true;
+        default: return false;
+    }
+}
+
+MatmulPath choose_matmul_path(DType weight_type, int64_t n_tokens) {
+    if (n_tokens <= kGemvMaxTokens) return MatmulPath::Gemv;
+    if (weight_type == DType::F32 || weight_type == DType::BF16) return MatmulPath::GemmF32;
+    return MatmulPath::GemmF16;
+}
+
+const char* matmul_path_name(MatmulPath path) {
+    switch (path) {
+        case MatmulPath::Gemv: return "gemv";
+        case MatmulPath::GemmF16: return "gemm-f16";
+        case MatmulPath::GemmF32: return "gemm-f32";
+    }
+    return "?";
+}
+
+MatmulScratch::~MatmulScratch() {
+    if (weight) cudaFree(weight);
+    if (input) cudaFree(input);
+}
+
+void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t stream) {
+    MVLLM_CHECK(out.type == DType::F16 || out.type == DType::F32) << "dequantize output";
+    MVLLM_CHECK(out.n_elements() == w.n_elements()) << "dequantize shape";
+    if (is_float_type(w.type)) {
+        launch_convert(w, out, stream);
+        return;
+    }
+    const int64_t n_in = w.ne[0], n_rows = w.n_rows();
+    const int64_t chunks = n_in / kChunk * n_rows;
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(ceil_div(chunks, 256), 8192));
+    const auto* wq = static_cast<const uint8_t*>(w.data);
+    const size_t rb = w.row_bytes();
+#define MVLLM_DEQ(T)                                                                                      \
+    if (out.type == DType::F16)                                                                           \
+        dequantize_kernel<T, __half><<<grid, 256, 0, stream>>>(wq, rb, static_cast<__half*>(out.data), n_in, n_rows); \
+    else                                                                                                  \
+        dequantize_kernel<T, float><<<grid, 256, 0, stream>>>(wq, rb, static_cast<float*>(out.data), n_in, n_rows);
+    switch (w.type) {
+        case DType::Q8_0: MVLLM_DEQ(DType::Q8_0) break;
+        case DType::Q4_0: MVLLM_DEQ(DType::Q4_0) break;
+        case DType::Q4_K: MVLLM_DEQ(DType::Q4_K) break;
+        case DType::Q6_K: MVLLM_DEQ(DType::Q6_K) break;
+        default: MVLLM_CHECK(false) << "dequantize: weight type " << type_name(w.type);
+    }
+#undef MVLLM_DEQ
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_matmul(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,
+                   MatmulScratch& scratch, cublasHandle_t cublas, cudaStream_t stream) {
+    const int64_t n_in = w.ne[0], n_out = w.ne[1], n_tokens = x.ne[1];
+    MVLLM_CHECK(x.ne[0] == n_in && out.ne[0] == n_out && out.ne[1] == n_tokens && out.type == DType::F32)
+        << "matmul shapes: w " << shape_string(w.ne) << " x " << shape_string(x.ne) << " out " << shape_string(out.ne);
+    MVLLM_CHECK(x.type == DType::F32 || x.type == DType::F16) << "matmul input " << type_name(x.type);
+    if (n_tokens == 0) return;
+    const float* bias_p = bias.data ? static_cast<const float*>(bias.data) : nullptr;
+    MVLLM_CHECK(!bias.data || bias.type == DType::F32) << "bias type";
+    float* o = static_cast<float*>(out.data);
+    const MatmulPath path = choose_matmul_path(w.type, n_tokens);
+    if (path == MatmulPath::Gemv) {
+        if (!is_float_type(w.type)) MVLLM_CHECK(n_in % kChunk == 0) << "quantised row of " << n_in;
+        const int nt = static_cast<int>(n_tokens);
+        if (x.type == DType::F32)
+            gemv_dispatch_columns(w, static_cast<const float*>(x.data), bias_p, o, n_in, n_out, nt, stream);
+        else
+            gemv_dispatch_columns(w, static_cast<const __half*>(x.data), bias_p, o, n_in, n_out, nt, stream);
+        MVLLM_CUDA_LAUNCH_CHECK();
+        return;
+    }
+    // GEMM: column-major view, C[n_out x n_tokens] = W^T(op) [n_out x n_in] * X [n_in x n_tokens].
+    const DType op_type = path == MatmulPath::GemmF16 ? DType::F16 : DType::F32;
+    const cudaDataType_t cuda_type = op_type == DType::F16 ? CUDA_R_16F : CUDA_R_32F;
+    const size_t elem = op_type == DType::F16 ? 2 : 4;
+    const void* wp = w.data;
+    if (w.type != op_type) {
+        ensure(&scratch.weight, &scratch.weight_bytes, static_cast<size_t>(n_in * n_out) * elem);
+        TensorView wd = w;
+        wd.type = op_type;
+        wd.data = scratch.weight;
+        launch_dequantize(w, wd, stream);
+        wp = scratch.weight;
+    }
+    const void* xp = x.data;
+    if (x.type != op_type) {
+        ensure(&scratch.input, &scratch.input_bytes, static_cast<size_t>(n_in * n_tokens) * elem);
+        TensorView xd = x;
+        xd.type = op_type;
+        xd.data = scratch.input;
+        launch_convert(x, xd, stream);
+        xp = scratch.input;
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    const cublasStatus_t st =
+        cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out), static_cast<int>(n_tokens),
+                     static_cast<int>(n_in), &alpha, wp, cuda_type, static_cast<int>(n_in), xp, cuda_type,
+                     static_cast<int>(n_in), &beta, o, CUDA_R_32F, static_cast<int>(n_out), CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT);
+    MVLLM_CHECK(st == CUBLAS_STATUS_SUCCESS) << "cublasGemmEx failed: " << static_cast<int>(st);
+    if (bias_p) launch_add_bias(out, bias, stream);
+}
+
+}  // namespace mvllm::cuda

@@ -1,0 +1,43 @@
+// CUDA matrix multiplication on weights kept in their stored type (host launchers only).
+//
+//   out[n_tokens][n_out] f32 = x[n_tokens][n_in] (F32 or F16) . W[n_out][n_in]^T (+ bias[n_out])
+//
+// W: F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K. The path is a short predicate chain
+// (choose_matmul_path): up to kGemvMaxTokens rows a GEMV that dequantises in registers and keeps
+// every token column in registers (each weight read once); beyond that the weight is dequantised
+// into a scratch matrix and cuBLAS runs the GEMM (F16 operands with F32 accumulation for F16 and
+// quantised weights; F32 throughout for F32 and BF16 weights, so F32 models stay exact).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "core/tensor.h"
+
+namespace mvllm::cuda {
+
+constexpr int64_t kGemvMaxTokens = 8;
+
+enum class MatmulPath { Gemv, GemmF16, GemmF32 };
+MatmulPath choose_matmul_path(DType weight_type, int64_t n_tokens);
+const char* matmul_path_name(MatmulPath path);
+
+// Device scratch of the GEMM paths, grown on demand (growth synchronises the device).
+struct MatmulScratch {
+    void* weight = nullptr;  // [n_out][n_in] f16 or f32: the dequantised weight
+    size_t weight_bytes = 0;
+    void* input = nullptr;   // [n_tokens][n_in] f16 or f32: x in the GEMM's operand type
+    size_t input_bytes = 0;
+    ~MatmulScratch();
+};
+
+// Weight types the CUDA matmul and embedding kernels support.
+bool cuda_weight_type_supported(DType type);
+
+void launch_matmul(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,
+                   MatmulScratch& scratch, cublasHandle_t cublas, cudaStream_t stream);
+
+// Dequantises a whole weight matrix (any supported type) to F16 or F32 rows (out: same ne).
+void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t stream);
+
+}  // namespace mvllm::cuda

@@ -1,0 +1,285 @@
+#include "backend/cuda/ops.cuh"
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/dequant.cuh"
+
+namespace mvllm::cuda {
+namespace {
+
+bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+// Reads: table rows ids[row] (quantised, one 32-value chunk per thread). Writes: out row.
+// Launch: grid (ceil(chunks / 128), n_rows), 128 threads.
+template <DType T>
+__global__ void embed_quant_kernel(const uint8_t* table, size_t row_bytes, const int32_t* ids,
+                                   void* out, DType out_type, int64_t width) {
+    const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (c * kChunk >= width) return;
+    const int64_t row = blockIdx.y;
+    float w[kChunk];
+    dequant_chunk<T>(table + static_cast<size_t>(ids[row]) * row_bytes, c, w);
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) store_any(out, out_type, row * width + c * kChunk + i, w[i]);
+}
+
+// Reads: table rows ids[row] (F32/F16/BF16). Writes: out row. Grid (ceil(width / 256), n_rows).
+__global__ void embed_float_kernel(const void* table, DType table_type, const int32_t* ids, void* out,
+                                   DType out_type, int64_t width) {
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= width) return;
+    const int64_t row = blockIdx.y;
+    store_any(out, out_type, row * width + i, load_any(table, table_type, ids[row] * width + i));
+}
+
+// Reads: x row, weight. Writes: out row. One CTA (256 threads) per row.
+template <typename XT, typename OT>
+__global__ void rms_norm_kernel(const XT* x, const void* weight, DType weight_type, float eps, OT* out,
+                                int64_t width) {
+    __shared__ float scratch[32];
+    const int64_t base = blockIdx.x * width;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+        const float v = load_f(x, base + i);
+        sum += v * v;
+    }
+    sum = block_sum(sum, scratch);
+    const float scale = rsqrtf(sum / static_cast<float>(width) + eps);
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
+        store_f(out, base + i, load_f(x, base + i) * scale * load_any(weight, weight_type, i));
+}
+
+// Reads/writes x in place. One thread per (row, pair i); loops over heads.
+// Grid (ceil(half / 64), n_rows), 64 threads.
+__global__ void rope_kernel(float* x, int32_t n_heads, int32_t head_dim, int64_t width,
+                            const int32_t* positions, const float* inv_freq) {
+    const int32_t half = head_dim / 2;
+    const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= half) return;
+    const int64_t row = blockIdx.y;
+    const double angle = static_cast<double>(positions[row]) * inv_freq[i];
+    double s, c;
+    sincos(angle, &s, &c);
+    const float cs = static_cast<float>(c), sn = static_cast<float>(s);
+    float* r = x + row * width;
+    for (int32_t h = 0; h < n_heads; ++h) {
+        float* v = r + static_cast<int64_t>(h) * head_dim;
+        const float x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * cs - x1 * sn;
+        v[i + half] = x1 * cs + x0 * sn;
+    }
+}
+
+// Reads gate, up; writes out. Grid-stride, 256 threads.
+__global__ void silu_mul_kernel(const void* gate, DType gt, const void* up, DType ut, void* out, DType ot,
+                                int64_t n) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const float g = load_any(gate, gt, i);
+        store_any(out, ot, i, g / (1.0f + expf(-g)) * load_any(up, ut, i));
+    }
+}
+
+// acc[i] += x[i]. Grid-stride, 256 threads.
+__global__ void add_kernel(float* acc, const void* x, DType xt, int64_t n) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        acc[i] += load_any(x, xt, i);
+}
+
+// x[r][i] += bias[i]. Grid (ceil(width / 256), n_rows).
+__global__ void add_bias_kernel(float* x, const void* bias, DType bt, int64_t width) {
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i < width) x[blockIdx.y * width + i] += load_any(bias, bt, i);
+}
+
+// out row j = x row rows[j] (bytes). Grid (ceil(row_bytes / 4 / 256), n_out_rows).
+__global__ void gather_rows_kernel(const uint8_t* x, const int32_t* rows, uint8_t* out, size_t row_bytes) {
+    const size_t i = (blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x) * 4;
+    if (i >= row_bytes) return;
+    const uint8_t* src = x + static_cast<size_t>(rows[blockIdx.y]) * row_bytes;
+    uint8_t* dst = out + blockIdx.y * row_bytes;
+    if (i + 4 <= row_bytes) {
+        *reinterpret_cast<uint32_t*>(dst + i) = *reinterpret_cast<const uint32_t*>(src + i);
+    } else {
+        for (size_t b = i; b < row_bytes; ++b) dst[b] = src[b];
+    }
+}
+
+// dst[i] = src[i] converted. Grid-stride.
+__global__ void convert_kernel(const void* src, DType st, void* dst, DType dt, int64_t n) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        store_any(dst, dt, i, load_any(src, st, i));
+}
+
+// out[row] = first index of the row's maximum. One CTA (512 threads) per row.
+__global__ void argmax_kernel(const float* x, int64_t width, int32_t* out) {
+    __shared__ float best_v[512];
+    __shared__ int32_t best_i[512];
+    const float* r = x + blockIdx.x * width;
+    float bv = -INFINITY;
+    int32_t bi = 0x7fffffff;
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+        const float v = r[i];
+        if (v > bv) { bv = v; bi = static_cast<int32_t>(i); }  // i increases: first max kept
+    }
+    best_v[threadIdx.x] = bv;
+    best_i[threadIdx.x] = bi;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            const float ov = best_v[threadIdx.x + s];
+            const int32_t oi = best_i[threadIdx.x + s];
+            if (ov > best_v[threadIdx.x] || (ov == best_v[threadIdx.x] && oi < best_i[threadIdx.x])) {
+                best_v[threadIdx.x] = ov;
+                best_i[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = best_i[0] == 0x7fffffff ? 0 : best_i[0];
+}
+
+// Reads k, v rows of token blockIdx.y; writes them to the token's cache slot.
+// Grid (ceil(n_kv_heads * head_dim / 256), n_tokens), 256 threads.
+__global__ void kv_store_kernel(const int64_t* slot_mapping, const void* k, const void* v, DType in_type,
+                                void* kc, void* vc, DType cache_type, int32_t n_kv_heads, int32_t head_dim,
+                                int32_t block_size) {
+    const int32_t width = n_kv_heads * head_dim;
+    const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= width) return;
+    const int64_t token = blockIdx.y;
+    const int64_t slot = slot_mapping[token];
+    const int64_t block = slot / block_size, offset = slot % block_size;
+    const int32_t h = i / head_dim, d = i % head_dim;
+    const int64_t dst = ((block * n_kv_heads + h) * block_size + offset) * head_dim + d;
+    store_any(kc, cache_type, dst, load_any(k, in_type, token * width + i));
+    store_any(vc, cache_type, dst, load_any(v, in_type, token * width + i));
+}
+
+int grid_stride_blocks(int64_t n) { return static_cast<int>(std::min<int64_t>(ceil_div(n, 256), 4096)); }
+
+template <typename XT>
+void rms_norm_dispatch_out(const TensorView& x, const TensorView& weight, float eps, const TensorView& out,
+                           cudaStream_t stream) {
+    const dim3 grid(static_cast<unsigned>(x.ne[1]));
+    const XT* xp = static_cast<const XT*>(x.data);
+    switch (out.type) {
+        case DType::F32: rms_norm_kernel<<<grid, 256, 0, stream>>>(xp, weight.data, weight.type, eps, static_cast<float*>(out.data), x.ne[0]); break;
+        case DType::F16: rms_norm_kernel<<<grid, 256, 0, stream>>>(xp, weight.data, weight.type, eps, static_cast<__half*>(out.data), x.ne[0]); break;
+        case DType::BF16: rms_norm_kernel<<<grid, 256, 0, stream>>>(xp, weight.data, weight.type, eps, static_cast<__nv_bfloat16*>(out.data), x.ne[0]); break;
+        default: MVLLM_CHECK(false) << "rms_norm output " << type_name(out.type);
+    }
+}
+
+}  // namespace
+
+void launch_embed(const TensorView& table, const int32_t* ids, const TensorView& out, cudaStream_t stream) {
+    const int64_t width = table.ne[0];
+    const int64_t n_rows = out.ne[1];
+    if (n_rows == 0) return;
+    MVLLM_CHECK(is_float_type(out.type) && out.ne[0] == width) << "embed output";
+    if (is_float_type(table.type)) {
+        const dim3 grid(static_cast<unsigned>(ceil_div(width, 256)), static_cast<unsigned>(n_rows));
+        embed_float_kernel<<<grid, 256, 0, stream>>>(table.data, table.type, ids, out.data, out.type, width);
+    } else {
+        const dim3 grid(static_cast<unsigned>(ceil_div(width / kChunk, 128)), static_cast<unsigned>(n_rows));
+        const auto* t = static_cast<const uint8_t*>(table.data);
+        const size_t rb = table.row_bytes();
+        switch (table.type) {
+            case DType::Q8_0: embed_quant_kernel<DType::Q8_0><<<grid, 128, 0, stream>>>(t, rb, ids, out.data, out.type, width); break;
+            case DType::Q4_0: embed_quant_kernel<DType::Q4_0><<<grid, 128, 0, stream>>>(t, rb, ids, out.data, out.type, width); break;
+            case DType::Q4_K: embed_quant_kernel<DType::Q4_K><<<grid, 128, 0, stream>>>(t, rb, ids, out.data, out.type, width); break;
+            case DType::Q6_K: embed_quant_kernel<DType::Q6_K><<<grid, 128, 0, stream>>>(t, rb, ids, out.data, out.type, width); break;
+            default: MVLLM_CHECK(false) << "embed: table type " << type_name(table.type);
+        }
+    }
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out,
+                     cudaStream_t stream) {
+    if (x.ne[1] == 0) return;
+    MVLLM_CHECK(is_float_type(weight.type)) << "rms_norm weight " << type_name(weight.type);
+    switch (x.type) {
+        case DType::F32: rms_norm_dispatch_out<float>(x, weight, eps, out, stream); break;
+        case DType::F16: rms_norm_dispatch_out<__half>(x, weight, eps, out, stream); break;
+        case DType::BF16: rms_norm_dispatch_out<__nv_bfloat16>(x, weight, eps, out, stream); break;
+        default: MVLLM_CHECK(false) << "rms_norm input " << type_name(x.type);
+    }
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_rope(const TensorView& x, int32_t n_heads, int32_t head_dim, const int32_t* positions,
+                 const float* inv_freq, cudaStream_t stream) {
+    MVLLM_CHECK(x.type == DType::F32 && x.ne[0] == static_cast<int64_t>(n_heads) * head_dim) << "rope input";
+    if (x.ne[1] == 0) return;
+    const dim3 grid(static_cast<unsigned>(ceil_div(head_dim / 2, 64)), static_cast<unsigned>(x.ne[1]));
+    rope_kernel<<<grid, 64, 0, stream>>>(static_cast<float*>(x.data), n_heads, head_dim, x.ne[0], positions, inv_freq);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out, cudaStream_t stream) {
+    const int64_t n = gate.n_elements();
+    if (n == 0) return;
+    silu_mul_kernel<<<grid_stride_blocks(n), 256, 0, stream>>>(gate.data, gate.type, up.data, up.type, out.data,
+                                                               out.type, n);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_add(const TensorView& acc, const TensorView& x, cudaStream_t stream) {
+    MVLLM_CHECK(acc.type == DType::F32 && acc.n_elements() == x.n_elements()) << "add";
+    const int64_t n = acc.n_elements();
+    if (n == 0) return;
+    add_kernel<<<grid_stride_blocks(n), 256, 0, stream>>>(static_cast<float*>(acc.data), x.data, x.type, n);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_add_bias(const TensorView& x, const TensorView& bias, cudaStream_t stream) {
+    MVLLM_CHECK(x.type == DType::F32 && bias.ne[0] == x.ne[0]) << "add_bias";
+    if (x.ne[1] == 0) return;
+    const dim3 grid(static_cast<unsigned>(ceil_div(x.ne[0], 256)), static_cast<unsigned>(x.ne[1]));
+    add_bias_kernel<<<grid, 256, 0, stream>>>(static_cast<float*>(x.data), bias.data, bias.type, x.ne[0]);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_gather_rows(const TensorView& x, const int32_t* rows, const TensorView& out, cudaStream_t stream) {
+    MVLLM_CHECK(x.type == out.type && x.ne[0] == out.ne[0]) << "gather_rows";
+    if (out.ne[1] == 0) return;
+    const size_t rb = x.row_bytes();
+    const dim3 grid(static_cast<unsigned>(ceil_div(static_cast<int64_t>(ceil_div(rb, 4)), 256)),
+                    static_cast<unsigned>(out.ne[1]));
+    gather_rows_kernel<<<grid, 256, 0, stream>>>(static_cast<const uint8_t*>(x.data), rows,
+                                                 static_cast<uint8_t*>(out.data), rb);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_convert(const TensorView& src, const TensorView& dst, cudaStream_t stream) {
+    MVLLM_CHECK(is_float_type(src.type) && is_float_type(dst.type) && src.n_elements() == dst.n_elements())
+        << "convert " << type_name(src.type) << " -> " << type_name(dst.type);
+    const int64_t n = src.n_elements();
+    if (n == 0) return;
+    convert_kernel<<<grid_stride_blocks(n), 256, 0, stream>>>(src.data, src.type, dst.data, dst.type, n);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_argmax(const TensorView& x, int32_t* out, cudaStream_t stream) {
+    MVLLM_CHECK(x.type == DType::F32) << "argmax input " << type_name(x.type);
+    if (x.ne[1] == 0) return;
+    argmax_kernel<<<static_cast<unsigned>(x.ne[1]), 512, 0, stream>>>(static_cast<const float*>(x.data), x.ne[0], out);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& k,
+                     const TensorView& v, cudaStream_t stream) {
+    MVLLM_CHECK(k.type == v.type && is_float_type(k.type)) << "kv_store input";
+    MVLLM_CHECK(k.ne[0] == static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim) << "kv_store width";
+    if (batch.n_tokens == 0) return;
+    const dim3 grid(static_cast<unsigned>(ceil_div(k.ne[0], 256)), static_cast<unsigned>(batch.n_tokens));
+    kv_store_kernel<<<grid, 256, 0, stream>>>(batch.slot_mapping, k.data, v.data, k.type, kv.k, kv.v,
+                                              static_cast<DType>(kv.dtype), kv.n_kv_heads, kv.head_dim,
+                                              kv.block_size);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace mvllm::cuda

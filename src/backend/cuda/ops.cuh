@@ -1,0 +1,37 @@
+// Element-wise and per-row CUDA ops of the decoder (host launchers only). Activations are rows
+// (ne = {width, n_rows}) of F32, F16 or BF16; math is always f32. All launches are asynchronous
+// on `stream`; pointers are device pointers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/device_batch.h"
+#include "core/tensor.h"
+
+namespace mvllm::cuda {
+
+// out[i] = table[ids[i]], dequantised (table: any weight type; out: F32/F16/BF16).
+void launch_embed(const TensorView& table, const int32_t* ids, const TensorView& out, cudaStream_t stream);
+// out = x / rms(x) * weight, per row (weight F32/F16/BF16).
+void launch_rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out,
+                     cudaStream_t stream);
+// In place, half-split pairing; positions[n_rows], inv_freq[head_dim / 2] f32.
+void launch_rope(const TensorView& x, int32_t n_heads, int32_t head_dim, const int32_t* positions,
+                 const float* inv_freq, cudaStream_t stream);
+// out = silu(gate) * up.
+void launch_silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out, cudaStream_t stream);
+// acc += x (acc F32).
+void launch_add(const TensorView& acc, const TensorView& x, cudaStream_t stream);
+// x[r][i] += bias[i] (x F32).
+void launch_add_bias(const TensorView& x, const TensorView& bias, cudaStream_t stream);
+// out[j] = x[rows[j]] for j < out.ne[1] (same dtype).
+void launch_gather_rows(const TensorView& x, const int32_t* rows, const TensorView& out, cudaStream_t stream);
+// Element-wise type conversion between F32 / F16 / BF16 tensors of equal shape.
+void launch_convert(const TensorView& src, const TensorView& dst, cudaStream_t stream);
+// out[r] = argmax of row r of x (F32; first index wins ties).
+void launch_argmax(const TensorView& x, int32_t* out, cudaStream_t stream);
+// Writes K and V rows ([n_tokens][n_kv_heads * head_dim], F32/F16/BF16) into the cache slots.
+void launch_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& k,
+                     const TensorView& v, cudaStream_t stream);
+
+}  // namespace mvllm::cuda

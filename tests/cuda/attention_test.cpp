@@ -1,0 +1,146 @@
+// The three CUDA attention variants against the CPU float64 reference on mixed batches: a
+// prefill chunk continuing a cached prefix, a first token, long and short decodes, over
+// shuffled (scattered) block tables with partly filled last blocks, for F32/F16/BF16 KV and the
+// head geometries of the fixtures and of Qwen2.5 0.5B / 7B. Skips without a GPU.
+#include <algorithm>
+#include <numeric>
+
+#include "backend/cpu/attention.h"
+#include "cuda_test_util.h"
+
+namespace mvllm::test {
+namespace {
+
+struct Geometry {
+    int32_t n_heads, n_kv_heads, head_dim;
+};
+
+struct SeqSpec {
+    int32_t context;   // tokens in the cache after this step
+    int32_t n_query;   // new (query) tokens at its end
+};
+
+void run_case(CudaAttentionVariant variant, DType kv_dtype, DType out_type, const Geometry& g,
+              const std::vector<SeqSpec>& seqs, int32_t block_size, uint64_t seed) {
+    auto be = make_cuda(variant);
+    ASSERT_TRUE(be);
+    // Scattered blocks: each sequence's table draws from one shuffled pool.
+    int32_t total_blocks = 0;
+    for (const SeqSpec& s : seqs) total_blocks += (s.context + block_size - 1) / block_size;
+    total_blocks += 3;
+    std::vector<int32_t> pool(total_blocks);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::shuffle(pool.begin(), pool.end(), rng);
+    KvCacheConfig kc;
+    kc.n_layers = 1;
+    kc.n_kv_heads = g.n_kv_heads;
+    kc.head_dim = g.head_dim;
+    kc.block_size = block_size;
+    kc.n_blocks = total_blocks;
+    kc.dtype = kv_dtype;
+    auto cache = be->create_kv_cache(kc);
+    ASSERT_TRUE(cache.is_ok()) << cache.status().message();
+
+    Batch fill, step;
+    fill.block_size = step.block_size = block_size;
+    size_t next = 0;
+    for (const SeqSpec& s : seqs) {
+        std::vector<int32_t> table;
+        for (int32_t i = 0; i * block_size < s.context; ++i) table.push_back(pool[next++]);
+        fill.add_sequence(std::vector<int32_t>(s.context, 0), 0, table, false);
+        step.add_sequence(std::vector<int32_t>(s.n_query, 0), s.context - s.n_query, table, true);
+    }
+    const int64_t kv_width = static_cast<int64_t>(g.n_kv_heads) * g.head_dim;
+    const int64_t q_width = static_cast<int64_t>(g.n_heads) * g.head_dim;
+    // Fill the cache: K/V of every position of every sequence.
+    be->begin(fill);
+    const std::vector<float> kv_k = random_floats(kv_width * fill.n_tokens(), seed + 1);
+    const std::vector<float> kv_v = random_floats(kv_width * fill.n_tokens(), seed + 2);
+    TensorView k = be->alloc(DType::F32, kv_width, fill.n_tokens());
+    TensorView v = be->alloc(DType::F32, kv_width, fill.n_tokens());
+    be->upload(kv_k.data(), k);
+    be->upload(kv_v.data(), v);
+    be->kv_store(**cache, 0, k, v);
+    // Attention of the query rows.
+    be->begin(step);
+    std::vector<float> qv = random_floats(q_width * step.n_tokens(), seed + 3);
+    TensorView q = be->alloc(DType::F32, q_width, step.n_tokens());
+    be->upload(qv.data(), q);
+    TensorView out = be->alloc(out_type, q_width, step.n_tokens());
+    const float scale = 1.0f / std::sqrt(static_cast<float>(g.head_dim));
+    be->attention(**cache, 0, q, out, g.n_heads, scale);
+    std::vector<uint8_t> out_bytes(out.n_bytes());
+    be->download(out, out_bytes.data());
+    const std::vector<float> got = decode_rows(out_type, out_bytes.data(), q_width, step.n_tokens());
+
+    // The reference reads the stored cache (BF16 widened to F32: same values).
+    const size_t half = (**cache).layer(0).offset(kc.n_blocks, 0, 0);
+    std::vector<uint8_t> hk(half), hv(half);
+    be->download_kv_layer(**cache, 0, hk.data(), hv.data());
+    KvLayerView view = (**cache).layer(0);
+    std::vector<float> wk, wv;
+    if (kv_dtype == DType::BF16) {
+        const int64_t n = static_cast<int64_t>(half / 2);
+        wk = decode_rows(DType::BF16, hk.data(), n, 1);
+        wv = decode_rows(DType::BF16, hv.data(), n, 1);
+        view.k = wk.data();
+        view.v = wv.data();
+        view.dtype = DType::F32;
+    } else {
+        view.k = hk.data();
+        view.v = hv.data();
+    }
+    std::vector<float> ref(got.size());
+    TensorView qh;
+    qh.type = DType::F32;
+    qh.ne = {g.head_dim, g.n_heads, step.n_tokens(), 1};
+    qh.data = qv.data();
+    TensorView rh = qh;
+    rh.data = ref.data();
+    attention_reference(step, view, qh, rh, g.n_heads, scale);
+    // f32 accumulation against float64: ~1e-6; an F16/BF16 output adds its rounding (2^-9 for bf16).
+    const double tol = out_type == DType::F32 ? 1e-4 : (out_type == DType::F16 ? 1e-3 : 4e-3);
+    const double err = rel_max_error(got, ref);
+    EXPECT_LE(err, tol) << "variant " << static_cast<int>(variant) << " kv " << type_name(kv_dtype) << " out "
+                        << type_name(out_type) << " heads " << g.n_heads << "/" << g.n_kv_heads << " d "
+                        << g.head_dim << " block " << block_size;
+}
+
+const Geometry kGeometries[] = {
+    {14, 2, 64},   // Qwen2.5-0.5B
+    {28, 4, 128},  // Qwen2.5-7B
+    {8, 2, 32},    // tiny-llama
+    {14, 2, 16},   // tiny-qwen2
+    {8, 8, 64},    // MHA
+    {12, 1, 128},  // group 12: two head tiles in the fused kernel
+};
+
+TEST(CudaAttention, MixedBatchesMatchReference) {
+    MVLLM_REQUIRE_GPU();
+    const std::vector<SeqSpec> mixed = {{35, 5}, {1, 1}, {300, 1}, {17, 1}, {64, 1}, {9, 9}};
+    uint64_t seed = 100;
+    for (CudaAttentionVariant variant :
+         {CudaAttentionVariant::Naive, CudaAttentionVariant::Grouped, CudaAttentionVariant::Fused}) {
+        for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
+            for (const Geometry& g : kGeometries) {
+                if (variant != CudaAttentionVariant::Fused && g.n_heads / g.n_kv_heads > 16) continue;
+                run_case(variant, kv, DType::F32, g, mixed, 16, seed++);
+            }
+        }
+    }
+}
+
+TEST(CudaAttention, OddBlockSizesLongContextsAndF16Output) {
+    MVLLM_REQUIRE_GPU();
+    uint64_t seed = 900;
+    for (CudaAttentionVariant variant :
+         {CudaAttentionVariant::Naive, CudaAttentionVariant::Grouped, CudaAttentionVariant::Fused}) {
+        run_case(variant, DType::F16, DType::F16, kGeometries[0], {{3000, 1}, {777, 3}, {2, 2}}, 16, seed++);
+        run_case(variant, DType::F32, DType::F32, kGeometries[1], {{1500, 1}, {33, 1}}, 7, seed++);
+        run_case(variant, DType::BF16, DType::F32, kGeometries[2], {{130, 40}, {5, 1}}, 32, seed++);
+    }
+}
+
+}  // namespace
+}  // namespace mvllm::test

@@ -1,0 +1,76 @@
+// Helpers of the CUDA tests: skipping without a GPU, random data, host <-> device tensors, and
+// the error measure shared by the parity tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/types.h"
+
+namespace mvllm::test {
+
+// Skips the test (cleanly, at run time) when no CUDA device can be used.
+#define MVLLM_REQUIRE_GPU()                                                         \
+    do {                                                                            \
+        if (!::mvllm::cuda_device_available()) GTEST_SKIP() << "no CUDA device"; \
+    } while (0)
+
+inline std::unique_ptr<CudaBackend> make_cuda(CudaAttentionVariant variant = CudaAttentionVariant::Fused) {
+    CudaBackendOptions o;
+    o.attention = variant;
+    auto b = CudaBackend::create(o);
+    EXPECT_TRUE(b.is_ok()) << b.status().message();
+    return b.is_ok() ? std::move(b).value() : nullptr;
+}
+
+inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+}
+
+// Host bytes of n_rows rows of `type` holding `values` (quantised with the reference quantiser).
+inline std::vector<uint8_t> encode_rows(DType type, const std::vector<float>& values, int64_t width) {
+    const int64_t n_rows = static_cast<int64_t>(values.size()) / width;
+    std::vector<uint8_t> bytes(row_size(type, width) * n_rows);
+    for (int64_t r = 0; r < n_rows; ++r)
+        quantize_row(type, values.data() + r * width, bytes.data() + r * row_size(type, width), width);
+    return bytes;
+}
+
+inline std::vector<float> decode_rows(DType type, const void* bytes, int64_t width, int64_t n_rows) {
+    std::vector<float> out(static_cast<size_t>(width * n_rows));
+    for (int64_t r = 0; r < n_rows; ++r)
+        dequantize_row(type, static_cast<const uint8_t*>(bytes) + r * row_size(type, width), out.data() + r * width,
+                       width);
+    return out;
+}
+
+inline TensorView host_view(DType type, int64_t width, int64_t n_rows, void* data) {
+    TensorView t;
+    t.type = type;
+    t.ne = {width, n_rows, 1, 1};
+    t.data = data;
+    return t;
+}
+
+// max |a - b| / max |b|.
+inline double rel_max_error(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+        if (!std::isfinite(a[i])) return INFINITY;
+        err = std::max(err, std::abs(static_cast<double>(a[i]) - b[i]));
+        ref = std::max(ref, std::abs(static_cast<double>(b[i])));
+    }
+    return ref > 0 ? err / ref : err;
+}
+
+}  // namespace mvllm::test

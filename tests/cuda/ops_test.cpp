@@ -1,0 +1,205 @@
+// Table-driven parity of the CUDA ops against the CPU scalar references over (type, shape):
+// matmul (GEMV and GEMM paths, every weight type, F32/F16 activations, with and without bias),
+// embedding, RMSNorm, RoPE, SwiGLU, add, row gather, argmax. Skips without a GPU.
+#include <cstring>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "backend/cuda/matmul.cuh"
+#include "model/generate.h"
+#include "cuda_test_util.h"
+
+namespace mvllm::test {
+namespace {
+
+struct MatmulCase {
+    DType weight;
+    int64_t n_in, n_out;
+};
+
+const MatmulCase kMatmulCases[] = {
+    {DType::F32, 256, 72},   {DType::F32, 96, 33},  {DType::F16, 256, 64},  {DType::BF16, 256, 40},
+    {DType::Q8_0, 256, 70},  {DType::Q8_0, 96, 20}, {DType::Q4_0, 512, 66}, {DType::Q4_0, 64, 9},
+    {DType::Q4_K, 512, 37},  {DType::Q6_K, 512, 45}, {DType::Q4_K, 256, 8}, {DType::Q6_K, 256, 130},
+};
+
+Batch simple_batch(const std::vector<int32_t>& tokens, int32_t start_pos) {
+    Batch b;
+    b.block_size = 16;
+    std::vector<int32_t> table;
+    for (int32_t i = 0; i * 16 < start_pos + static_cast<int32_t>(tokens.size()); ++i) table.push_back(i);
+    b.add_sequence(tokens, start_pos, table, true);
+    return b;
+}
+
+TEST(CudaOps, MatmulMatchesReference) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda();
+    ASSERT_TRUE(be);
+    uint64_t seed = 1;
+    for (const MatmulCase& mc : kMatmulCases) {
+        const std::vector<float> w_values = random_floats(static_cast<size_t>(mc.n_in * mc.n_out), seed++, 0.5f);
+        std::vector<uint8_t> w_bytes = encode_rows(mc.weight, w_values, mc.n_in);
+        const TensorView w_host = host_view(mc.weight, mc.n_in, mc.n_out, w_bytes.data());
+        auto w_dev = be->upload_weight(w_host);
+        ASSERT_TRUE(w_dev.is_ok()) << w_dev.status().message();
+        std::vector<float> bias = random_floats(static_cast<size_t>(mc.n_out), seed++, 0.1f);
+        auto bias_dev = be->upload_weight(host_view(DType::F32, mc.n_out, 1, bias.data()));
+        ASSERT_TRUE(bias_dev.is_ok());
+        for (int64_t n_tokens : {1, 2, 3, 5, 8, 9, 40}) {
+            for (DType xt : {DType::F32, DType::F16}) {
+                for (bool with_bias : {false, true}) {
+                    const std::vector<float> xv = random_floats(static_cast<size_t>(mc.n_in * n_tokens), seed++);
+                    std::vector<uint8_t> x_bytes = encode_rows(xt, xv, mc.n_in);
+                    Batch batch = simple_batch(std::vector<int32_t>(n_tokens, 0), 0);
+                    be->begin(batch);
+                    TensorView x = be->alloc(xt, mc.n_in, n_tokens);
+                    be->upload(x_bytes.data(), x);
+                    TensorView out = be->alloc(DType::F32, mc.n_out, n_tokens);
+                    be->matmul(*w_dev, x, with_bias ? *bias_dev : TensorView{}, out);
+                    std::vector<float> got(static_cast<size_t>(mc.n_out * n_tokens));
+                    be->to_host(out, got.data());
+                    std::vector<float> ref(got.size());
+                    matmul_reference(w_host, host_view(xt, mc.n_in, n_tokens, x_bytes.data()),
+                                     host_view(DType::F32, mc.n_out, n_tokens, ref.data()));
+                    if (with_bias)
+                        for (int64_t t = 0; t < n_tokens; ++t)
+                            for (int64_t o = 0; o < mc.n_out; ++o) ref[t * mc.n_out + o] += bias[o];
+                    const cuda::MatmulPath path = cuda::choose_matmul_path(mc.weight, n_tokens);
+                    // F32 math (GEMV, F32 GEMM): rounding of sums of <= 512 products, far below
+                    // 1e-4. F16 GEMM: x rounded to f16 (2^-11 relative) and the weight too where its
+                    // dequantised value needs more than 11 mantissa bits: a few 1e-4, bound 2e-3.
+                    const double tol = path == cuda::MatmulPath::GemmF16 ? 2e-3 : 1e-4;
+                    const double err = rel_max_error(got, ref);
+                    EXPECT_LE(err, tol) << type_name(mc.weight) << " " << mc.n_in << "x" << mc.n_out << " tokens "
+                                        << n_tokens << " x " << type_name(xt) << " path "
+                                        << cuda::matmul_path_name(path) << " bias " << with_bias;
+                }
+            }
+        }
+    }
+}
+
+TEST(CudaOps, RefusesQ5K) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda();
+    ASSERT_TRUE(be);
+    std::vector<uint8_t> bytes(row_size(DType::Q5_K, 256) * 2);
+    auto r = be->upload_weight(host_view(DType::Q5_K, 256, 2, bytes.data()));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("q5_K"), std::string::npos) << r.status().message();
+}
+
+TEST(CudaOps, EmbedMatchesDequantisedRows) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda();
+    ASSERT_TRUE(be);
+    const int64_t width = 256, n_vocab = 50;
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+        for (DType out_type : {DType::F32, DType::F16}) {
+            std::vector<uint8_t> table = encode_rows(t, random_floats(width * n_vocab, 7), width);
+            auto dev = be->upload_weight(host_view(t, width, n_vocab, table.data()));
+            ASSERT_TRUE(dev.is_ok());
+            const std::vector<int32_t> ids = {3, 0, 49, 3, 17};
+            Batch batch = simple_batch(ids, 0);
+            be->begin(batch);
+            TensorView out = be->alloc(out_type, width, static_cast<int64_t>(ids.size()));
+            be->embed(*dev, out);
+            std::vector<uint8_t> got_bytes(out.n_bytes());
+            be->download(out, got_bytes.data());
+            const std::vector<float> got = decode_rows(out_type, got_bytes.data(), width, out.ne[1]);
+            std::vector<float> ref;
+            for (int32_t id : ids) {
+                std::vector<float> row = decode_rows(t, table.data() + id * row_size(t, width), width, 1);
+                std::vector<uint8_t> enc = encode_rows(out_type, row, width);  // rounded like the GPU store
+                std::vector<float> back = decode_rows(out_type, enc.data(), width, 1);
+                ref.insert(ref.end(), back.begin(), back.end());
+            }
+            EXPECT_LE(rel_max_error(got, ref), 1e-6) << type_name(t) << " -> " << type_name(out_type);
+        }
+    }
+}
+
+TEST(CudaOps, RowOpsMatchCpu) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda();
+    ASSERT_TRUE(be);
+    ThreadPool pool(2);
+    struct Shape {
+        int64_t width, n_rows;
+        int32_t head_dim;
+    };
+    for (const Shape& s : {Shape{256, 1, 64}, Shape{896, 7, 64}, Shape{224, 13, 16}, Shape{3584, 3, 128}}) {
+        std::vector<int32_t> tokens(static_cast<size_t>(s.n_rows), 1);
+        Batch batch = simple_batch(tokens, 37);
+        be->begin(batch);
+        const std::vector<float> xv = random_floats(s.width * s.n_rows, 11);
+        const std::vector<float> yv = random_floats(s.width * s.n_rows, 12);
+        const std::vector<float> wv = random_floats(s.width, 13);
+        auto w_dev = be->upload_weight(host_view(DType::F32, s.width, 1, const_cast<float*>(wv.data())));
+        ASSERT_TRUE(w_dev.is_ok());
+        TensorView x = be->alloc(DType::F32, s.width, s.n_rows);
+        TensorView y = be->alloc(DType::F32, s.width, s.n_rows);
+        be->upload(xv.data(), x);
+        be->upload(yv.data(), y);
+        std::vector<float> got(xv.size()), ref(xv.size());
+        std::vector<float> xh = xv;
+        const TensorView xhost = host_view(DType::F32, s.width, s.n_rows, xh.data());
+
+        // rms_norm to F32 and to F16
+        for (DType ot : {DType::F32, DType::F16}) {
+            TensorView out = be->alloc(ot, s.width, s.n_rows);
+            be->rms_norm(x, *w_dev, 1e-5f, out);
+            std::vector<uint8_t> ob(out.n_bytes());
+            be->download(out, ob.data());
+            std::vector<uint8_t> rb(out.n_bytes());
+            cpu::rms_norm(pool, xhost, host_view(DType::F32, s.width, 1, const_cast<float*>(wv.data())), 1e-5f,
+                          host_view(ot, s.width, s.n_rows, rb.data()));
+            EXPECT_LE(rel_max_error(decode_rows(ot, ob.data(), s.width, s.n_rows),
+                                    decode_rows(ot, rb.data(), s.width, s.n_rows)),
+                      ot == DType::F32 ? 1e-5 : 1e-3)
+                << "rms_norm " << s.width << " -> " << type_name(ot);
+        }
+        // silu_mul
+        {
+            TensorView out = be->alloc(DType::F32, s.width, s.n_rows);
+            be->silu_mul(x, y, out);
+            be->to_host(out, got.data());
+            std::vector<float> yh = yv;
+            cpu::silu_mul(pool, xhost, host_view(DType::F32, s.width, s.n_rows, yh.data()),
+                          host_view(DType::F32, s.width, s.n_rows, ref.data()));
+            EXPECT_LE(rel_max_error(got, ref), 1e-5) << "silu_mul";
+        }
+        // rope (in place), then add
+        {
+            const int32_t n_heads = static_cast<int32_t>(s.width / s.head_dim);
+            std::vector<float> inv_freq(s.head_dim / 2);
+            for (int32_t i = 0; i < s.head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / s.head_dim);
+            be->rope(x, n_heads, RopeParams{inv_freq.data(), s.head_dim});
+            be->to_host(x, got.data());
+            ref = xv;
+            cpu::rope(pool, host_view(DType::F32, s.width, s.n_rows, ref.data()), n_heads, s.head_dim,
+                      batch.positions.data(), inv_freq.data());
+            EXPECT_LE(rel_max_error(got, ref), 1e-5) << "rope";
+            be->add(x, y);
+            be->to_host(x, got.data());
+            for (size_t i = 0; i < ref.size(); ++i) ref[i] += yv[i];
+            EXPECT_LE(rel_max_error(got, ref), 1e-6) << "add";
+        }
+        // gather rows (the batch wants the last row) and argmax of every row
+        {
+            TensorView g = be->alloc(DType::F32, s.width, 1);
+            be->gather_logit_rows(y, g);
+            std::vector<float> row(s.width);
+            be->to_host(g, row.data());
+            EXPECT_EQ(0, std::memcmp(row.data(), yv.data() + (s.n_rows - 1) * s.width, s.width * sizeof(float)));
+            std::vector<int32_t> am(s.n_rows);
+            be->argmax_rows(y, am.data());
+            for (int64_t r = 0; r < s.n_rows; ++r)
+                EXPECT_EQ(am[r], argmax(yv.data() + r * s.width, s.width)) << "argmax row " << r;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace mvllm::test
