@@ -345,8 +345,6 @@ void ensure(void** ptr, size_t* have, size_t need, const char* what) {
     *have = need;
 }
 
-size_t kv_elem(DType t) { return t == DType::F32 ? 4 : 2; }
-
 template <typename KT>
 void three_kernels(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
                    int64_t total_context, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
