@@ -9,6 +9,7 @@
 #include <random>
 
 #include "cli/options.h"
+#include "cli/text_generation.h"
 #include "model/generate.h"
 
 #ifndef MVLLM_GIT_COMMIT
@@ -54,30 +55,58 @@ int cmd_logits(const LogitsArgs& a) {
 
 struct GenerateArgs {
     RunOptions run;
-    std::string prompt_ids;
-    int n_predict = 32;
+    std::string prompt_ids, prompt, system;
+    int n_predict = 128;
     bool ids_out = false;
+    bool chat = false;
+    SamplingFlags sampling;
 };
 
+// Streams text (or ids) to stdout and a statistics line to stderr.
 int cmd_generate(const GenerateArgs& a) {
-    auto ids = parse_ids(a.prompt_ids);
-    if (!ids) return fail(ids.status());
-    auto rt = make_runtime(a.run, static_cast<int64_t>(ids->size()) + a.n_predict);
+    if (a.prompt_ids.empty() == a.prompt.empty()) return fail(make_error("give exactly one of --prompt and --prompt-ids"));
+    Request req;
+    const bool from_ids = !a.prompt_ids.empty();
+    if (from_ids) {
+        auto ids = parse_ids(a.prompt_ids);
+        if (!ids) return fail(ids.status());
+        req.prompt_ids = *ids;
+    }
+    auto rt = make_runtime(a.run, 1);
     if (!rt) return fail(rt.status());
-    SequenceRunner runner(*rt->decoder, *rt->cache, a.run.prefill_chunk);
-    std::vector<int32_t> out;
-    GenerationTimings t;
+    const Tokenizer* tok = rt->model->tokenizer.get();
+    if (!from_ids) {
+        if (!tok) return fail(make_error("--prompt needs a tokenizer: ", rt->model->tokenizer_error));
+        if (a.chat) {
+            nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+            if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+            messages.push_back({{"role", "user"}, {"content", a.prompt}});
+            auto ids = encode_chat(*tok, messages);
+            if (!ids) return fail(ids.status());
+            req.prompt_ids = *ids;
+        } else {
+            req.prompt_ids = tok->encode(a.prompt, tok->add_bos_default, /*parse_special=*/false);
+        }
+    }
+    req.sampling = to_sampling_params(a.sampling, from_ids, a.n_predict);
+    auto engine = make_cli_engine(*rt, a.run, static_cast<int64_t>(req.prompt_ids.size()) + a.n_predict);
+    if (!engine) return fail(engine.status());
+    const bool print_ids = a.ids_out || !tok;
     bool first = true;
-    Status st = runner.greedy(*ids, a.n_predict, &out, &t, [&](int32_t tok) {
-        std::printf(first ? "%d" : " %d", tok);
+    auto result = run_request(**engine, std::move(req), [&](const EngineEvent& e) {
+        if (print_ids) {
+            for (int32_t id : e.token_ids) {
+                std::printf(first ? "%d" : " %d", id);
+                first = false;
+            }
+        } else {
+            std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+        }
         std::fflush(stdout);
-        first = false;
     });
     std::printf("\n");
-    if (!st) return fail(st);
-    std::fprintf(stderr, "prefill %lld tokens %.1f tok/s, decode %lld tokens %.1f tok/s\n",
-                 (long long)t.n_prompt, t.n_prompt / t.prefill_seconds, (long long)t.n_decoded,
-                 t.n_decoded > 0 ? t.n_decoded / t.decode_seconds : 0.0);
+    if (!result) return fail(result.status());
+    std::fprintf(stderr, "%s, finish: %s\n", stats_line(result->stats).c_str(), finish_reason_name(result->reason));
     return 0;
 }
 
@@ -165,11 +194,15 @@ void register_model_commands(CLI::App& app) {
     l->callback([] { std::exit(cmd_logits(logits)); });
 
     static GenerateArgs gen;
-    CLI::App* g = app.add_subcommand("generate", "Greedy continuation of a prompt");
+    CLI::App* g = app.add_subcommand("generate", "Continue a prompt (text or token ids), streaming to stdout");
     add_run_options(g, &gen.run);
-    g->add_option("--prompt-ids", gen.prompt_ids, "token ids, e.g. \"1 2 3\"")->required();
-    g->add_option("-n,--n-predict", gen.n_predict, "tokens to generate")->check(CLI::Range(0, 1 << 24));
-    g->add_flag("--ids-out", gen.ids_out, "print generated token ids on stdout");
+    g->add_option("-p,--prompt", gen.prompt, "prompt text");
+    g->add_option("--prompt-ids", gen.prompt_ids, "prompt token ids, e.g. \"1 2 3\" (greedy unless --temperature)");
+    g->add_option("-n,--n-predict", gen.n_predict, "tokens to generate")->check(CLI::Range(1, 1 << 24));
+    g->add_flag("--ids-out", gen.ids_out, "print generated token ids instead of text");
+    g->add_flag("--chat", gen.chat, "wrap the prompt as a user message in the model's chat template");
+    g->add_option("--system", gen.system, "system message (with --chat)");
+    add_sampling_flags(g, &gen.sampling);
     g->callback([] { std::exit(cmd_generate(gen)); });
 
     static BenchDecodeArgs bench;

@@ -1,0 +1,101 @@
+#include "cli/text_generation.h"
+
+#include <cstdio>
+#include <mutex>
+
+#include "tokenizer/chat_template.h"
+
+namespace mvllm::cli {
+
+void add_sampling_flags(CLI::App* cmd, SamplingFlags* f) {
+    cmd->add_option("--temperature,--temp", f->temperature, "0: greedy (default: 0.8 for text, greedy for --prompt-ids)");
+    cmd->add_option("--top-p", f->top_p, "nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--top-k", f->top_k, "keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--min-p", f->min_p, "drop tokens below min_p x the top probability")->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--repeat-penalty", f->repeat_penalty, "repetition penalty (1: off)");
+    cmd->add_option("--presence-penalty", f->presence_penalty, "presence penalty");
+    cmd->add_option("--frequency-penalty", f->frequency_penalty, "frequency penalty");
+    cmd->add_option("--seed", f->seed, "random seed (same seed, same text)");
+    cmd->add_option("--stop", f->stop, "stop string (repeatable); never printed");
+    cmd->add_flag("--ignore-eos", f->ignore_eos, "keep generating past end-of-sequence tokens");
+}
+
+SamplingParams to_sampling_params(const SamplingFlags& f, bool greedy_default, int n_predict) {
+    SamplingParams p;
+    p.temperature = f.temperature >= 0 ? f.temperature : (greedy_default ? 0.0f : 0.8f);
+    p.top_p = f.top_p;
+    p.top_k = f.top_k;
+    p.min_p = f.min_p;
+    p.repetition_penalty = f.repeat_penalty;
+    p.presence_penalty = f.presence_penalty;
+    p.frequency_penalty = f.frequency_penalty;
+    p.seed = f.seed;
+    p.stop = f.stop;
+    p.ignore_eos = f.ignore_eos;
+    p.max_tokens = n_predict;
+    return p;
+}
+
+Result<std::vector<int32_t>> encode_chat(const Tokenizer& tok, const nlohmann::ordered_json& messages) {
+    ChatTemplateOptions opt;
+    opt.add_generation_prompt = true;
+    opt.bos_token = tok.bos_text;
+    opt.eos_token = tok.eos_text;
+    const std::string& source = tok.chat_template.empty() ? fallback_chat_template() : tok.chat_template;
+    MVLLM_ASSIGN_OR_RETURN(std::string text, apply_chat_template(source, messages, opt));
+    // The template writes BOS itself when the model wants one; specials in it are real specials.
+    return tok.encode(text, /*add_bos=*/false, /*parse_special=*/true);
+}
+
+Result<std::unique_ptr<Engine>> make_cli_engine(Runtime& rt, const RunOptions& o, int64_t max_tokens) {
+    EngineOptions eo;
+    eo.block_size = o.kv_block_size;
+    eo.kv_dtype = o.kv_dtype.empty() ? o.activation_dtype : o.kv_dtype;
+    const int64_t capacity = std::max<int64_t>(o.ctx_size, max_tokens + 1);
+    eo.kv_cache_blocks = (capacity + eo.block_size - 1) / eo.block_size + 1;
+    eo.max_model_len = std::max<int64_t>(capacity, rt.model->config.n_ctx_train);
+    eo.max_prefill_chunk = o.prefill_chunk;  // 0: the whole prompt in one step
+    eo.max_batched_tokens = static_cast<int32_t>(std::min<int64_t>(capacity + 1, 1 << 20));
+    return Engine::create(*rt.decoder, eo, rt.model->tokenizer.get());
+}
+
+Result<GenerationResult> run_request(Engine& engine, Request request,
+                                     const std::function<void(const EngineEvent&)>& on_token) {
+    GenerationResult out;
+    std::string error;
+    bool finished = false;
+    MVLLM_ASSIGN_OR_RETURN(RequestId id, engine.submit(std::move(request), [&](const EngineEvent& e) {
+        if (e.kind == EngineEvent::Kind::Token) {
+            out.ids.insert(out.ids.end(), e.token_ids.begin(), e.token_ids.end());
+            out.text += e.text;
+            if (on_token) on_token(e);
+        } else {
+            finished = true;
+            out.stats = e.stats;
+            out.reason = e.reason;
+            error = e.error;
+        }
+    }));
+    (void)id;
+    Status status;
+    while (!finished && engine.step(&status)) {
+    }
+    if (!status.is_ok()) return status;
+    if (!finished) return make_error("the engine stopped before the request finished");
+    if (out.reason == FinishReason::Error) return make_error(error);
+    return out;
+}
+
+std::string stats_line(const RequestStats& s) {
+    char buf[256];
+    const double decode_tps = s.n_output_tokens > 1 && s.decode_seconds > 0 ? (s.n_output_tokens - 1) / s.decode_seconds : 0;
+    std::snprintf(buf, sizeof(buf),
+                  "prompt %lld tokens, generated %lld tokens | prefill %.1f tok/s, decode %.1f tok/s | "
+                  "first token %.0f ms, prefix reused %lld",
+                  (long long)s.n_prompt_tokens, (long long)s.n_output_tokens,
+                  s.prefill_seconds > 0 ? s.n_prompt_tokens / s.prefill_seconds : 0.0, decode_tps,
+                  s.ttft_seconds * 1e3, (long long)s.n_prefix_tokens_reused);
+    return buf;
+}
+
+}  // namespace mvllm::cli
