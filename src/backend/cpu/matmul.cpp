@@ -153,7 +153,7 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
     if (panel_gemm) {
         // Repack the chunk once, then every token tile runs over all its panels (the tile's
         // activations stay in L1, the chunk's panels in L2).
-        pool.run([&](int ti, int) {
+        pool.run_dynamic([&](int ti, int) {
             uint8_t* my_panels = panels + ti * panels_per_thread;
             for (int64_t c = next_chunk.fetch_add(1, std::memory_order_relaxed); c < n_chunks;
                  c = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
@@ -180,7 +180,7 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
     if (w.type == DType::Q4_0 && isa != CpuIsa::Scalar && n_tokens == 1 && panels_enabled()) {
         // Decode: 8 rows at a time through the in-register transpose; the last n_out % 8 rows
         // through the row kernel.
-        pool.run([&](int, int) {
+        pool.run_dynamic([&](int, int) {
             for (int64_t c = next_chunk.fetch_add(1, std::memory_order_relaxed); c < n_chunks;
                  c = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
                 const int64_t r0 = c * chunk, r1 = std::min(n_out, r0 + chunk);
@@ -191,7 +191,7 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
         });
         return;
     }
-    pool.run([&](int, int) {
+    pool.run_dynamic([&](int, int) {
         float tile_out[kMaxTokenTile];
         for (int64_t c = next_chunk.fetch_add(1, std::memory_order_relaxed); c < n_chunks;
              c = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
