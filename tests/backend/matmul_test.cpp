@@ -248,6 +248,60 @@ TEST(MatmulKernels, SimdMatchesScalar) {
     }
 }
 
+// The interleaved Q4_0 panel GEMM (prefill) and the 8-row register-transpose GEMV (decode) against
+// the scalar row kernel, on random nibbles plus extreme blocks (all nibbles 0 or 15 against all
+// activations +-127: the largest i16 partial sums the bias words allow), 1..8 rows.
+TEST(MatmulKernels, Q4_0PanelsMatchScalar) {
+    if (cpu_isa() == CpuIsa::Scalar) GTEST_SKIP() << "no AVX2";
+    for (int64_t n : {32, 256, 896, 4864}) {
+        const int64_t nb = n / QK4_0;
+        std::vector<uint8_t> w = random_blocks(DType::Q4_0, n, 8, 21u + n);
+        std::vector<uint8_t> x = random_activations(DType::Q8_0, n, kMaxTokenTile, 23u + n);
+        const size_t w_row_bytes = row_size(DType::Q4_0, n), x_row_bytes = act_row_bytes(DType::Q8_0, n);
+        for (int64_t b = 0; b < nb; b += 3) {  // every third block extreme, varying patterns
+            for (int r = 0; r < 8; ++r) {
+                auto* blk = reinterpret_cast<BlockQ4_0*>(w.data() + r * w_row_bytes) + b;
+                std::memset(blk->qs, ((b / 3 + r) & 1) ? 0xFF : 0x00, sizeof(blk->qs));
+            }
+            for (int j = 0; j < kMaxTokenTile; ++j) {
+                auto* xb = reinterpret_cast<BlockQ8_0*>(x.data() + j * x_row_bytes) + b;
+                for (auto& v : xb->qs) v = static_cast<int8_t>(((b / 3 + j) & 1) ? 127 : -127);
+            }
+        }
+        for (int j = 0; j < kMaxTokenTile; ++j) finish_act_q8_0(x.data() + j * x_row_bytes, n);
+        float want[8][kMaxTokenTile];
+        for (int r = 0; r < 8; ++r)
+            scalar::dot_q4_0(n, w.data() + r * w_row_bytes, x.data(), x_row_bytes, kMaxTokenTile, want[r]);
+        std::vector<uint8_t> panel(nb * kQ4PanelBlockBytes + 64);
+        uint8_t* p = panel.data() + (64 - reinterpret_cast<uintptr_t>(panel.data()) % 64) % 64;
+        for (int rows = 1; rows <= 8; ++rows) {
+            avx2::repack_q4_0_x8(w.data(), w_row_bytes, rows, nb, p);
+            for (int n_x = 1; n_x <= kMaxTokenTile; ++n_x) {
+                float got[kMaxTokenTile][8];
+                for (auto& g : got) std::fill(g, g + 8, -1234.0f);
+                avx2::gemm_q4_0_x8(nb, p, x.data(), x_row_bytes, n_x, &got[0][0], 8, rows);
+                for (int j = 0; j < kMaxTokenTile; ++j)
+                    for (int r = 0; r < 8; ++r) {
+                        if (j >= n_x || r >= rows) {
+                            EXPECT_EQ(got[j][r], -1234.0f) << "wrote outside the tile";
+                            continue;
+                        }
+                        const double tol = 1e-5 * std::max(1.0, (double)std::fabs(want[r][j])) * std::sqrt((double)n);
+                        EXPECT_NEAR(got[j][r], want[r][j], tol) << "n=" << n << " rows=" << rows << " r=" << r << " j=" << j;
+                    }
+            }
+        }
+        for (int j = 0; j < kMaxTokenTile; ++j) {
+            float got[8];
+            avx2::gemv_q4_0_x8(nb, w.data(), w_row_bytes, x.data() + j * x_row_bytes, got);
+            for (int r = 0; r < 8; ++r) {
+                const double tol = 1e-5 * std::max(1.0, (double)std::fabs(want[r][j])) * std::sqrt((double)n);
+                EXPECT_NEAR(got[r], want[r][j], tol) << "gemv n=" << n << " r=" << r << " j=" << j;
+            }
+        }
+    }
+}
+
 // The vectorised activation quantisers produce the core reference's blocks byte for byte.
 TEST(MatmulKernels, ActivationQuantisersMatchReference) {
     if (cpu_isa() == CpuIsa::Scalar) GTEST_SKIP() << "no AVX2";
