@@ -103,7 +103,7 @@ void register_tokenize_commands(CLI::App& app) {
     static TokenizeArgs tz;
     CLI::App* t = app.add_subcommand("tokenize", "Print the token ids (and pieces) of a text");
     t->add_option("-m,--model,--tokenizer", tz.model, "GGUF file (vocab-only too) or folder with tokenizer.json")->required();
-    t->add_option("text", tz.text_positional, "the text");
+    t->add_option("input", tz.text_positional, "the text (or use --text / --file)");
     t->add_option("--text", tz.text, "the text");
     t->add_option("--file", tz.file, "read the text from a file");
     t->add_flag("--json", tz.json, "print a JSON array of ids");
