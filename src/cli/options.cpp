@@ -1,6 +1,8 @@
 #include "cli/options.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
 #ifdef MVLLM_HAVE_CUDA
@@ -14,8 +16,40 @@ int fail(const Status& status) {
     return 1;
 }
 
+std::vector<std::string> default_model_candidates() {
+    namespace fs = std::filesystem;
+    std::vector<std::string> out;
+    if (const char* env = std::getenv("MVLLM_DEFAULT_MODEL"); env && *env) out.emplace_back(env);
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+        const fs::path dir = exe.parent_path();  // build/bin/mvllm -> the repository's models/
+        for (const fs::path& rel : {fs::path("../../models"), fs::path("../models"), fs::path("../share/mvllm/models"),
+                                    fs::path("models")})
+            out.push_back((dir / rel / kDefaultModelName).lexically_normal().string());
+    }
+#ifdef MVLLM_SOURCE_DIR
+    out.push_back((fs::path(MVLLM_SOURCE_DIR) / "models" / kDefaultModelName).lexically_normal().string());
+#endif
+    return out;
+}
+
+Result<std::string> default_model_path() {
+    const std::vector<std::string> candidates = default_model_candidates();
+    std::string looked;
+    for (const std::string& c : candidates) {
+        std::error_code ec;
+        if (std::filesystem::is_regular_file(c, ec)) return c;
+        looked += (looked.empty() ? "" : ", ") + c;
+    }
+    return make_error("no --model given and the default model ", kDefaultModelName, " was not found (looked in: ",
+                      looked, "); pass -m FILE.gguf or set MVLLM_DEFAULT_MODEL");
+}
+
 void add_run_options(CLI::App* cmd, RunOptions* o) {
-    cmd->add_option("-m,--model", o->model, "GGUF file or Hugging Face checkpoint folder")->required();
+    cmd->add_option("-m,--model", o->model,
+                    std::string("GGUF file or Hugging Face checkpoint folder (default: the shipped models/") +
+                        kDefaultModelName + ")");
     cmd->add_option("--device", o->device, "cpu | cuda (cuda when built with the CUDA backend)")
         ->check(CLI::IsMember({"cpu", "cuda"}));
     cmd->add_option("-t,--threads", o->threads, "CPU threads (0: all)");
@@ -35,7 +69,11 @@ Result<Runtime> make_runtime(const RunOptions& o, int64_t n_tokens) {
         return make_error("--device ", o.device, " is not available in this build (only cpu)");
 #endif
     Runtime rt;
-    MVLLM_ASSIGN_OR_RETURN(rt.model, load_model(o.model));
+    std::string model_path = o.model;
+    if (model_path.empty()) {
+        MVLLM_ASSIGN_OR_RETURN(model_path, default_model_path());
+    }
+    MVLLM_ASSIGN_OR_RETURN(rt.model, load_model(model_path));
     AttentionVariant variant = AttentionVariant::Fused;
     parse_attention_variant(o.attention, &variant);
 #ifdef MVLLM_HAVE_CUDA

@@ -13,8 +13,19 @@
 
 namespace mvllm::cli {
 
+// The model every model-running command uses when -m/--model is not given: trained by
+// scripts/train_default_model.py, shipped in the repository's models/ (see models/README.md).
+inline constexpr const char* kDefaultModelName = "mvllm-austen-q8_0.gguf";
+
+// Where the default model is looked for, in order: $MVLLM_DEFAULT_MODEL; beside the executable
+// (<exe dir>/../../models for build/bin/mvllm, <exe dir>/../models, <exe dir>/../share/mvllm/models,
+// <exe dir>/models); the source tree the executable was built from (MVLLM_SOURCE_DIR/models).
+std::vector<std::string> default_model_candidates();
+// The first candidate that exists, or an error naming every place looked in.
+Result<std::string> default_model_path();
+
 struct RunOptions {
-    std::string model;
+    std::string model;  // empty: default_model_path()
     std::string device = "cpu";
     int threads = 0;
     std::string attention = "fused";
@@ -45,6 +56,7 @@ Result<std::vector<int32_t>> parse_ids(const std::string& text);
 void register_file_commands(CLI::App& app);   // inspect, convert, make-model
 void register_model_commands(CLI::App& app);  // logits, generate, bench decode
 void register_template_commands(CLI::App& app);  // template
+void register_chat_commands(CLI::App& app);  // chat
 void register_engine_commands(CLI::App& app);  // bench serve
 void register_tokenize_commands(CLI::App& app);  // tokenize, bench tokenize (after model commands)
 
