@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
     mvllm::cli::register_file_commands(app);
     mvllm::cli::register_model_commands(app);
     mvllm::cli::register_template_commands(app);
+    mvllm::cli::register_chat_commands(app);
     mvllm::cli::register_engine_commands(app);
     mvllm::cli::register_tokenize_commands(app);
     try {
