@@ -64,6 +64,22 @@ expect_error "malformed ids" "not a token id" "$MVLLM" generate -m "$QWEN" --pro
 mkdir -p "$TMP/broken-hf" && cp "$QWEN/model.safetensors" "$TMP/broken-hf/" && sed 's/"num_hidden_layers": 2/"num_hidden_layers": 3/' "$QWEN/config.json" >"$TMP/broken-hf/config.json"
 expect_error "HF checkpoint missing a tensor" "missing tensor model.layers.2" "$MVLLM" generate -m "$TMP/broken-hf" --prompt-ids "1" -n 1
 
+# text generation with the shipped default model (no -m)
+a=$("$MVLLM" generate --prompt "It is a truth universally acknowledged" -n 24 --seed 7 -t 2 2>/dev/null)
+b=$("$MVLLM" generate --prompt "It is a truth universally acknowledged" -n 24 --seed 7 -t 2 2>/dev/null)
+check "generate --prompt with the default model writes text" '[ ${#a} -gt 40 ]'
+check "same seed, same text" '[ "$a" = "$b" ]'
+stats=$("$MVLLM" generate --prompt "Elizabeth" -n 8 --temperature 0 -t 2 2>&1 >/dev/null)
+check "statistics line on stderr" 'grep -q "prompt .* tokens, generated 8 tokens .* decode .* tok/s" <<<"$stats"'
+g=$("$MVLLM" generate --prompt "Elizabeth" -n 40 --temperature 0 -t 2 2>/dev/null)
+word=$(awk '{print $3}' <<<"$g")
+if [ -n "$word" ]; then
+  s2=$("$MVLLM" generate --prompt "Elizabeth" -n 40 --temperature 0 --stop "$word" -t 2 2>/dev/null)
+  check "a stop string ends the text and is not printed" '[ "${g%%"$word"*}" = "$s2" ]'
+fi
+c=$(printf 'Who is Mr. Darcy?\nAnd his sister?\n' | "$MVLLM" chat -n 16 --seed 1 -t 2 2>/dev/null)
+check "chat answers each piped turn" '[ "$(grep -c . <<<"$c")" -ge 2 ]'
+
 # text tools on the real tokenizers (fetched by scripts/fetch_tokenizers.sh)
 TOK=$FIX/../data/tokenizers/qwen3
 if [ -s "$TOK/tokenizer.json" ]; then
