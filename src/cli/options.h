@@ -59,6 +59,7 @@ void register_template_commands(CLI::App& app);  // template
 void register_chat_commands(CLI::App& app);  // chat
 void register_engine_commands(CLI::App& app);  // bench serve
 void register_tokenize_commands(CLI::App& app);  // tokenize, bench tokenize (after model commands)
+void register_serve_commands(CLI::App& app);     // serve
 
 // Prints "error: <message>" and returns exit code 1.
 int fail(const Status& status);
