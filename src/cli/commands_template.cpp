@@ -33,7 +33,9 @@ int cmd_template(const TemplateArgs& a) {
         if (!text) return fail(text.status());
         source = *text;
     } else {
-        auto tok = Tokenizer::from_path(a.model);
+        auto path = model_path_or_default(a.model);
+        if (!path) return fail(path.status());
+        auto tok = Tokenizer::from_path(*path);
         if (!tok) return fail(tok.status());
         source = (*tok)->chat_template.empty() ? fallback_chat_template() : (*tok)->chat_template;
         opt.bos_token = (*tok)->bos_text;
@@ -58,7 +60,7 @@ int cmd_template(const TemplateArgs& a) {
 void register_template_commands(CLI::App& app) {
     static TemplateArgs t;
     CLI::App* c = app.add_subcommand("template", "Render a chat template over messages (prints the prompt exactly)");
-    auto* model = c->add_option("-m,--model", t.model, "GGUF file or folder with tokenizer_config.json");
+    auto* model = c->add_option("-m,--model", t.model, "GGUF file or folder with tokenizer_config.json (default: the shipped model)");
     auto* file = c->add_option("--template", t.template_file, "a .jinja template file");
     model->excludes(file);
     c->add_option("--messages", t.messages_file, "JSON file: an array of {role, content} (or {\"messages\": [...]})")
@@ -67,8 +69,6 @@ void register_template_commands(CLI::App& app) {
     c->add_option("--bos-token", t.bos_token, "bos_token seen by the template");
     c->add_option("--eos-token", t.eos_token, "eos_token seen by the template");
     c->callback([] {
-        if (t.model.empty() && t.template_file.empty())
-            std::exit(fail(make_error("give --model or --template")));
         std::exit(cmd_template(t));
     });
 }

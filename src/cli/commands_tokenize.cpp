@@ -28,7 +28,9 @@ int cmd_tokenize(const TokenizeArgs& a) {
         ss << in.rdbuf();
         text = ss.str();
     }
-    auto tok = Tokenizer::from_path(a.model);
+    auto path = model_path_or_default(a.model);
+    if (!path) return fail(path.status());
+    auto tok = Tokenizer::from_path(*path);
     if (!tok) return fail(tok.status());
     const std::vector<int32_t> ids = (*tok)->encode(text, a.add_bos, a.parse_special);
     if (a.json) {
@@ -102,7 +104,7 @@ int cmd_bench_tokenize(const BenchTokenizeArgs& a) {
 void register_tokenize_commands(CLI::App& app) {
     static TokenizeArgs tz;
     CLI::App* t = app.add_subcommand("tokenize", "Print the token ids (and pieces) of a text");
-    t->add_option("-m,--model,--tokenizer", tz.model, "GGUF file (vocab-only too) or folder with tokenizer.json")->required();
+    t->add_option("-m,--model,--tokenizer", tz.model, "GGUF file (vocab-only too) or folder with tokenizer.json (default: the shipped model)");
     t->add_option("input", tz.text_positional, "the text (or use --text / --file)");
     t->add_option("--text", tz.text, "the text");
     t->add_option("--file", tz.file, "read the text from a file");

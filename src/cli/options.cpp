@@ -34,6 +34,11 @@ std::vector<std::string> default_model_candidates() {
     return out;
 }
 
+Result<std::string> model_path_or_default(const std::string& path) {
+    if (!path.empty()) return path;
+    return default_model_path();
+}
+
 Result<std::string> default_model_path() {
     const std::vector<std::string> candidates = default_model_candidates();
     std::string looked;

@@ -23,6 +23,8 @@ inline constexpr const char* kDefaultModelName = "mvllm-austen-q8_0.gguf";
 std::vector<std::string> default_model_candidates();
 // The first candidate that exists, or an error naming every place looked in.
 Result<std::string> default_model_path();
+// `path`, or the default model when it is empty.
+Result<std::string> model_path_or_default(const std::string& path);
 
 struct RunOptions {
     std::string model;  // empty: default_model_path()
