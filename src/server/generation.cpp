@@ -184,7 +184,7 @@ void Server::Impl::run_generation(std::shared_ptr<Generation> gen, std::vector<s
                 bool any_event = false, any_token = false;
             };
             auto timing = std::make_shared<Timing>();
-            auto cb = [channel = gen->channel, metrics = metrics, waiting = n_waiting, timing,
+            auto cb = [channel = gen->channel, metrics = metrics, waiting = n_waiting, live = n_live, timing,
                        c = choice](const EngineEvent& e) {
                 const Clock::time_point now = Clock::now();
                 if (!timing->any_event) {
@@ -197,6 +197,7 @@ void Server::Impl::run_generation(std::shared_ptr<Generation> gen, std::vector<s
                     timing->any_token = true;
                     timing->last = now;
                 } else {
+                    --*live;
                     metrics->observe_finish(std::chrono::duration<double>(now - timing->arrival).count(),
                                             e.stats.n_prompt_tokens, e.stats.n_output_tokens, e.reason);
                 }
@@ -210,6 +211,7 @@ void Server::Impl::run_generation(std::shared_ptr<Generation> gen, std::vector<s
                 return send_error(res, invalid_field(prompt_field, id.status().message()));
             }
             gen->ids.push_back(*id);
+            ++*n_live;
         }
     }
 

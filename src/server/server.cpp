@@ -100,7 +100,11 @@ void Server::Impl::install_routes() {
         send_json(res, json{{"status", "ok"}});
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-        res.set_content(metrics->render(engine.counters()), "text/plain; version=0.0.4");
+        // The engine's running count is a snapshot of its last step; the server knows which of its
+        // requests have finished since.
+        EngineCounters c = engine.counters();
+        c.n_running = std::max<int64_t>(0, std::min<int64_t>(c.n_running, *n_live - c.n_waiting));
+        res.set_content(metrics->render(c), "text/plain; version=0.0.4");
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
         json model = {{"id", options.served_model_name}, {"object", "model"}, {"created", created},

@@ -68,6 +68,7 @@ struct Server::Impl {
     // Shared with the engine callbacks, which may outlive the server (an aborted request's last event).
     std::shared_ptr<ServerMetrics> metrics = std::make_shared<ServerMetrics>();
     std::shared_ptr<std::atomic<int64_t>> n_waiting = std::make_shared<std::atomic<int64_t>>(0);  // no event yet
+    std::shared_ptr<std::atomic<int64_t>> n_live = std::make_shared<std::atomic<int64_t>>(0);  // submitted, not finished
     std::thread listener;
     std::atomic<bool> draining{false};
     std::atomic<int64_t> n_in_flight{0}; // generation HTTP requests being answered

@@ -1,0 +1,253 @@
+// The server in-process on a free loopback port over the tiny Llama fixture (no tokenizer, so
+// prompts are token ids and logprobs name tokens "token_id:N"). The test drives the engine from
+// its own slow step thread, which it can pause to fill the queue.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "model/decoder.h"
+#include "server/server.h"
+
+namespace mvllm::server {
+namespace {
+
+using nlohmann::json;
+
+struct Fixture {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<CpuBackend> backend;
+    std::unique_ptr<Decoder> decoder;
+    std::unique_ptr<Engine> engine;
+    std::unique_ptr<Server> server;
+    std::atomic<bool> stop{false}, paused{false};
+    std::thread stepper;
+
+    explicit Fixture(ServerOptions o = {}) {
+        model = std::move(load_model(MVLLM_FIXTURE_DIR "/tiny-llama").value());
+        CpuBackendOptions bo;
+        bo.n_threads = 1;
+        backend = std::make_unique<CpuBackend>(bo);
+        decoder = std::move(Decoder::create(*model, *backend).value());
+        EngineOptions eo;
+        eo.kv_cache_blocks = 64;
+        eo.block_size = 16;
+        eo.max_model_len = 512;
+        engine = std::move(Engine::create(*decoder, eo).value());
+        o.port = 0;
+        o.max_model_len = 512;
+        server = std::make_unique<Server>(*engine, nullptr, o);
+        EXPECT_TRUE(server->bind().is_ok());
+        server->start();
+        stepper = std::thread([this] {
+            while (!stop) {
+                if (paused || !engine->step()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                else std::this_thread::sleep_for(std::chrono::milliseconds(1));  // slow enough to disconnect mid-stream
+            }
+        });
+    }
+    ~Fixture() {
+        server->shutdown();
+        stop = true;
+        stepper.join();
+        engine->run_until_idle();
+    }
+    httplib::Client client() {
+        httplib::Client c("127.0.0.1", server->port());
+        c.set_read_timeout(30, 0);
+        return c;
+    }
+};
+
+std::vector<int32_t> ids_from_logprobs(const json& tokens) {
+    std::vector<int32_t> out;
+    for (const auto& t : tokens) out.push_back(std::stoi(t.get<std::string>().substr(9)));  // "token_id:N"
+    return out;
+}
+
+std::vector<int32_t> engine_greedy(Engine& engine, std::vector<int32_t> prompt, int n) {
+    Request r;
+    r.prompt_ids = std::move(prompt);
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = n;
+    r.sampling.ignore_eos = true;
+    std::vector<int32_t> out;
+    std::atomic<bool> done{false};
+    EXPECT_TRUE(engine.submit(r, [&](const EngineEvent& e) {
+        if (e.kind == EngineEvent::Kind::Token) out.insert(out.end(), e.token_ids.begin(), e.token_ids.end());
+        else done = true;
+    }).is_ok());
+    while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return out;
+}
+
+TEST(ServerHttp, ModelsHealthAndGreedyCompletion) {
+    Fixture f;
+    auto c = f.client();
+    auto models = c.Get("/v1/models");
+    ASSERT_TRUE(models);
+    EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "mvllm");
+    EXPECT_EQ(c.Get("/health")->status, 200);
+
+    const std::vector<int32_t> prompt = {1, 5, 9, 300, 42};
+    const auto expected = engine_greedy(*f.engine, prompt, 12);
+    json body = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"logprobs", 1}, {"ignore_eos", true}};
+    auto res = c.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    const json r = json::parse(res->body);
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(r["usage"]["prompt_tokens"], 5);
+    EXPECT_EQ(r["usage"]["completion_tokens"], 12);
+    EXPECT_EQ(ids_from_logprobs(r["choices"][0]["logprobs"]["tokens"]), expected);
+
+    // Streaming: the same ids, ending in [DONE], with the usage chunk.
+    body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
+    std::string sse;
+    auto sres = c.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(sres);
+    sse = sres->body;
+    std::vector<int32_t> streamed;
+    bool done = false, usage = false;
+    for (size_t pos = 0; (pos = sse.find("data: ", pos)) != std::string::npos;) {
+        const size_t end = sse.find("\n\n", pos);
+        const std::string data = sse.substr(pos + 6, end - pos - 6);
+        pos = end;
+        if (data == "[DONE]") {
+            done = true;
+            continue;
+        }
+        const json chunk = json::parse(data);
+        if (chunk.contains("usage")) {
+            usage = chunk["usage"]["completion_tokens"] == 12;
+            continue;
+        }
+        for (int32_t id : ids_from_logprobs(chunk["choices"][0]["logprobs"]["tokens"])) streamed.push_back(id);
+    }
+    EXPECT_TRUE(done);
+    EXPECT_TRUE(usage);
+    EXPECT_EQ(streamed, expected);
+
+    // n = 2 with a seed: two choices.
+    json n2 = {{"prompt", prompt}, {"max_tokens", 4}, {"n", 2}, {"seed", 7}};
+    auto nres = c.Post("/v1/completions", n2.dump(), "application/json");
+    ASSERT_EQ(nres->status, 200);
+    EXPECT_EQ(json::parse(nres->body)["choices"].size(), 2u);
+}
+
+TEST(ServerHttp, ErrorsNameTheField) {
+    Fixture f;
+    auto c = f.client();
+    auto bad = c.Post("/v1/completions", R"({"prompt": [1, 2], "temperature": "x"})", "application/json");
+    ASSERT_EQ(bad->status, 400);
+    EXPECT_EQ(json::parse(bad->body)["error"]["param"], "temperature");
+    auto text = c.Post("/v1/completions", R"({"prompt": "no tokenizer here"})", "application/json");
+    EXPECT_EQ(text->status, 400);
+    std::vector<int32_t> long_prompt(600, 3);
+    auto too_long = c.Post("/v1/completions", json{{"prompt", long_prompt}}.dump(), "application/json");
+    ASSERT_EQ(too_long->status, 400);
+    const std::string msg = json::parse(too_long->body)["error"]["message"];
+    EXPECT_NE(msg.find("512"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("600"), std::string::npos) << msg;
+    auto vocab = c.Post("/v1/completions", R"({"prompt": [100000]})", "application/json");
+    EXPECT_EQ(vocab->status, 400);
+    auto model = c.Post("/v1/completions", R"({"prompt": [1], "model": "gpt-9"})", "application/json");
+    EXPECT_EQ(model->status, 404);
+    EXPECT_EQ(c.Get("/nowhere")->status, 404);
+}
+
+TEST(ServerHttp, ApiKeyAndBodyLimit) {
+    ServerOptions o;
+    o.api_key = "sk-test";
+    o.max_body_bytes = 2048;
+    Fixture f(o);
+    auto c = f.client();
+    EXPECT_EQ(c.Get("/v1/models")->status, 401);
+    EXPECT_EQ(c.Get("/health")->status, 200);
+    httplib::Headers auth = {{"Authorization", "Bearer sk-test"}};
+    EXPECT_EQ(c.Get("/v1/models", auth)->status, 200);
+    httplib::Headers wrong = {{"Authorization", "Bearer sk-tesu"}};
+    EXPECT_EQ(c.Get("/v1/models", wrong)->status, 401);
+    const std::string big = R"({"prompt": [1], "user": ")" + std::string(4096, 'x') + "\"}";
+    auto res = c.Post("/v1/completions", auth, big, "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 413);
+}
+
+TEST(ServerHttp, FullQueueGets429) {
+    ServerOptions o;
+    o.max_queue = 2;
+    Fixture f(o);
+    f.paused = true;
+    const std::string body = R"({"prompt": [1, 2, 3], "max_tokens": 4})";
+    std::vector<std::thread> waiting;
+    std::atomic<int> ok{0};
+    for (int i = 0; i < 2; ++i)
+        waiting.emplace_back([&] {
+            auto c = f.client();
+            auto r = c.Post("/v1/completions", body, "application/json");
+            if (r && r->status == 200) ++ok;
+        });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    auto c = f.client();
+    auto full = c.Post("/v1/completions", body, "application/json");
+    ASSERT_TRUE(full);
+    EXPECT_EQ(full->status, 429);
+    f.paused = false;
+    for (auto& t : waiting) t.join();
+    EXPECT_EQ(ok, 2);
+}
+
+TEST(ServerHttp, DisconnectAbortsAndFreesBlocks) {
+    Fixture f;
+    const int64_t total = f.engine->counters().n_total_blocks;
+    {
+        // A raw socket: read the start of the stream, then close it.
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(static_cast<uint16_t>(f.server->port()));
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+        const std::string body = R"({"prompt": [1, 2, 3], "max_tokens": 400, "ignore_eos": true, "stream": true})";
+        const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                    "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+        ASSERT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+        std::string got;
+        char buf[4096];
+        while (got.find("token_id") == std::string::npos && got.find("\"text\"") == std::string::npos) {
+            const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+            ASSERT_GT(n, 0);
+            got.append(buf, n);
+        }
+        ::close(fd);
+    }
+    // The server notices on its next write, aborts, and the engine frees the blocks at its next step.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    EngineCounters c;
+    while (std::chrono::steady_clock::now() < deadline) {
+        c = f.engine->counters();
+        if (f.server->n_in_flight() == 0 && c.n_free_blocks == total) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(f.server->n_in_flight(), 0);
+    EXPECT_EQ(c.n_free_blocks, total);
+    auto metrics = f.client().Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_NE(metrics->body.find("mvllm:num_requests_running 0\n"), std::string::npos);
+    EXPECT_NE(metrics->body.find("mvllm:kv_blocks_used 0\n"), std::string::npos);
+    EXPECT_NE(metrics->body.find("mvllm:request_success_total{finished_reason=\"abort\"} 1\n"), std::string::npos)
+        << metrics->body;
+}
+
+}  // namespace
+}  // namespace mvllm::server
