@@ -55,7 +55,7 @@ TEST(ChatTemplate, MatchesHuggingFace) {
         ++total;
         ++n_cases;
     }
-    EXPECT_EQ(n_cases, 256);
+    EXPECT_EQ(n_cases, 320);
     for (const auto& [name, counts] : per_template)
         std::printf("  %-45s %d/%d\n", name.c_str(), counts.first, counts.second);
 }
