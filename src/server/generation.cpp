@@ -310,7 +310,9 @@ void Server::Impl::run_generation(std::shared_ptr<Generation> gen, std::vector<s
             e.message = "the engine failed: " + engine_error;
             return write(sse_event(error_body(e)));
         }
-        if (!delta.finish_reason && delta.text.empty() && delta.logprobs.empty()) return true;
+        // A token with no text yet (an incomplete UTF-8 character, or a model without a tokenizer)
+        // still writes an SSE comment: the write is what notices a client that has gone away.
+        if (!delta.finish_reason && delta.text.empty() && delta.logprobs.empty()) return write(":\n\n");
         return write(sse_event(chat ? chat_chunk(gen->meta, delta, false, text_of)
                                     : completion_chunk(gen->meta, delta, text_of, text_start)));
     };
