@@ -30,7 +30,7 @@ grep -E "^\[  (FAILED|PASSED|SKIPPED)|rel err|Failure|Expected|Which is|which is
 timeout 90 ctest --test-dir build -L gpu --output-on-failure > "$LOG/ctest_gpu.log" 2>&1
 echo "ctest -L gpu rc=$?: $(grep -E "tests passed|tests failed" "$LOG/ctest_gpu.log")"
 wait $bench_build || { tail -20 "$LOG/bench_build.log"; }
-timeout 150 build/bin/bench_cuda_attention "$LOG/attn_bench.json" > "$LOG/attn_bench.log" 2>&1
+timeout 150 build/bench_cuda_attention "$LOG/attn_bench.json" > "$LOG/attn_bench.log" 2>&1
 echo "attention bench rc=$?"; cat "$LOG/attn_bench.log"; cp "$LOG/attn_bench.json" "$OUT/" 2>/dev/null
 timeout 60 build/bin/mvllm make-model /tmp/q05.gguf --preset qwen2.5-0.5b --type q4_0 > "$LOG/model.log" 2>&1 || tail -5 "$LOG/model.log"
 prompt="$(seq -s ' ' 1 20)"
