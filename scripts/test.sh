@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-scripts/fetch_tokenizers.sh
+scripts/fetch_tokenizers.sh || { sleep 5; scripts/fetch_tokenizers.sh --force; }
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DMVLLM_BUILD_TESTS=ON ${CMAKE_ARGS:-}
