@@ -92,13 +92,17 @@ struct Engine::Impl {
     void finish(Sequence* seq, FinishReason reason, const std::string& error = "");
     void note_scheduled(const SchedulerOutput& plan);
     void update_counters(const SchedulerOutput& plan);
+    void refresh_occupancy();
 };
 
 // One engine step: schedule -> build batch -> forward -> sample -> postprocess.
 bool Engine::Impl::step(Status* status) {
     drain_inbox();
     const SchedulerOutput plan = scheduler->schedule();
-    if (plan.empty()) return false;
+    if (plan.empty()) {
+        refresh_occupancy();  // aborts drained from the inbox free their blocks without a step
+        return false;
+    }
     note_scheduled(plan);
     const Batch batch = build_batch(plan);
     if (Status st = decoder.forward(batch, *cache, &logits); !st) {
@@ -109,6 +113,7 @@ bool Engine::Impl::step(Status* status) {
     scheduler->commit(plan);  // KV written: count the tokens, publish full blocks
     update_counters(plan);
     postprocess(plan);        // sample, append, stop checks, stream, free finished sequences
+    refresh_occupancy();      // finished sequences no longer count as running
     return true;
 }
 
@@ -237,6 +242,13 @@ void Engine::Impl::note_scheduled(const SchedulerOutput& plan) {
             s.seq->was_scheduled = true;
             s.seq->t_first_scheduled = now;
         }
+}
+
+void Engine::Impl::refresh_occupancy() {
+    std::lock_guard<std::mutex> lock(counters_mu);
+    counters.n_free_blocks = blocks->n_free();
+    counters.n_running = static_cast<int64_t>(scheduler->running().size());
+    counters.n_waiting = static_cast<int64_t>(scheduler->waiting().size());
 }
 
 void Engine::Impl::update_counters(const SchedulerOutput& plan) {

@@ -119,6 +119,11 @@ TEST(Engine, GreedyMatchesTransformersReference) {
     EXPECT_EQ(o.stats.n_prompt_tokens, static_cast<int64_t>(prompt.size()));
     EXPECT_EQ(o.stats.n_output_tokens, static_cast<int64_t>(expected.size()));
     EXPECT_GE(o.stats.ttft_seconds, o.stats.queue_seconds);
+    // Once idle, the counters show nothing running and every block free (metrics read them).
+    const EngineCounters c = engine->counters();
+    EXPECT_EQ(c.n_running, 0);
+    EXPECT_EQ(c.n_waiting, 0);
+    EXPECT_EQ(c.n_free_blocks, c.n_total_blocks);
 }
 
 TEST(Engine, TinyPoolPreemptsAndMatchesEachRequestAlone) {
