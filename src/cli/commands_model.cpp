@@ -105,6 +105,7 @@ int cmd_generate(const GenerateArgs& a) {
         std::fflush(stdout);
     });
     std::printf("\n");
+    std::fflush(stdout);  // the text's last line before the statistics line on stderr
     if (!result) return fail(result.status());
     std::fprintf(stderr, "%s, finish: %s\n", stats_line(result->stats).c_str(), finish_reason_name(result->reason));
     return 0;
