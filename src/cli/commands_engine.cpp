@@ -1,4 +1,4 @@
-// Commands on the serving engine: bench serve (BENCHMARKS.md B4(b), the nano-vllm shape: N
+// Commands on the serving engine: bench throughput (BENCHMARKS.md B4(b), the nano-vllm shape: N
 // requests with input and output lengths uniform in MIN..MAX, all submitted at once, EOS ignored).
 #include <algorithm>
 #include <chrono>
@@ -137,7 +137,7 @@ void register_engine_commands(CLI::App& app) {
         bench = app.add_subcommand("bench", "Benchmarks");
         bench->require_subcommand(1);
     }
-    CLI::App* s = bench->add_subcommand("serve", "Engine throughput: N requests submitted at once (B4(b))");
+    CLI::App* s = bench->add_subcommand("throughput", "Engine throughput: N requests submitted at once (B4(b))");
     add_run_options(s, &serve.run);
     s->add_option("--num-requests", serve.num_requests, "requests")->check(CLI::Range(1, 1 << 20));
     s->add_option("--input-len", serve.input_len, "prompt tokens, MIN:MAX (uniform) or N");

@@ -59,7 +59,7 @@ void register_file_commands(CLI::App& app);   // inspect, convert, make-model
 void register_model_commands(CLI::App& app);  // logits, generate, bench decode
 void register_template_commands(CLI::App& app);  // template
 void register_chat_commands(CLI::App& app);  // chat
-void register_engine_commands(CLI::App& app);  // bench serve
+void register_engine_commands(CLI::App& app);  // bench throughput
 void register_tokenize_commands(CLI::App& app);  // tokenize, bench tokenize (after model commands)
 void register_serve_commands(CLI::App& app);     // serve
 
