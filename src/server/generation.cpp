@@ -1,6 +1,8 @@
 // Completions and chat: validate, submit prompt x n engine requests, then either collect their
 // events into one response or stream them as server-sent events from httplib's chunked content
-// provider (which runs on the HTTP thread and notices a vanished client when a write fails).
+// provider (which runs on the HTTP thread). Both ask the request's socket after every event (and
+// at least every kConnectionCheck while none comes) whether the client is still there, and abort
+// the engine requests of one that went away: its KV blocks are freed at the engine's next step.
 #include <ctime>
 
 #include "server/server_impl.h"
@@ -9,6 +11,7 @@ namespace mvllm::server {
 namespace {
 
 constexpr auto kHeartbeat = std::chrono::seconds(1);  // SSE comment while idle: finds dead clients
+constexpr auto kConnectionCheck = std::chrono::milliseconds(50);  // non-streaming: socket poll while idle
 
 std::chrono::milliseconds seconds_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
 
@@ -63,7 +66,7 @@ void Server::Impl::handle_completions(const httplib::Request& req, httplib::Resp
     gen->endpoint = Endpoint::Completions;
     gen->params = std::move(r.params);
     gen->meta.id = random_id("cmpl-");
-    run_generation(std::move(gen), std::move(prompts), res);
+    run_generation(std::move(gen), std::move(prompts), req, res);
 }
 
 void Server::Impl::handle_chat(const httplib::Request& req, httplib::Response& res) {
@@ -76,7 +79,7 @@ void Server::Impl::handle_chat(const httplib::Request& req, httplib::Response& r
     gen->endpoint = Endpoint::Chat;
     gen->params = std::move(r.params);
     gen->meta.id = random_id("chatcmpl-");
-    run_generation(std::move(gen), {std::move(*ids)}, res);
+    run_generation(std::move(gen), {std::move(*ids)}, req, res);
 }
 
 namespace {
@@ -122,7 +125,7 @@ ApiError timeout_error(bool idle) {
 }  // namespace
 
 void Server::Impl::run_generation(std::shared_ptr<Generation> gen, std::vector<std::vector<int32_t>> prompts,
-                                  httplib::Response& res) {
+                                  const httplib::Request& req, httplib::Response& res) {
     const GenerationParams& p = gen->params;
     const char* prompt_field = gen->endpoint == Endpoint::Chat ? "messages" : "prompt";
     if (!p.model.empty() && p.model != options.served_model_name) {
@@ -160,6 +163,7 @@ void Server::Impl::run_generation(std::shared_ptr<Generation> gen, std::vector<s
         return send_error(res, e);
     }
 
+    gen->client = ClientConnection::of(req);
     gen->meta.created = static_cast<int64_t>(std::time(nullptr));
     gen->meta.model = options.served_model_name;
     gen->t_start = gen->t_last_event = Clock::now();
@@ -229,8 +233,16 @@ void Server::Impl::run_generation(std::shared_ptr<Generation> gen, std::vector<s
     if (!p.stream) {
         ChoiceEvent ev;
         std::string error;
+        bool client_gone = false;
         while (gen->n_finished < n_choices) {
-            if (!gen->channel->pop(&ev, next_deadline(*gen, Clock::time_point::max()))) {
+            if (gen->client.gone()) {  // nobody to answer: free the KV blocks now
+                abort_all(*gen);
+                client_gone = true;
+                break;
+            }
+            const Clock::time_point deadline = next_deadline(*gen, Clock::time_point::max());
+            if (!gen->channel->pop(&ev, std::min(deadline, Clock::now() + kConnectionCheck))) {
+                if (Clock::now() < deadline) continue;
                 abort_all(*gen);
                 send_error(res, timeout_error(Clock::now() < total_deadline));
                 break;
@@ -240,7 +252,13 @@ void Server::Impl::run_generation(std::shared_ptr<Generation> gen, std::vector<s
                 error = ev.event.error;
             apply_event(*gen, ev);
         }
-        if (gen->n_finished == n_choices && !error.empty()) {
+        if (client_gone) {  // nginx's 499 "client closed request"; nobody reads it
+            ApiError e;
+            e.status = 499;
+            e.type = "client_closed_request";
+            e.message = "the client closed the connection; the request was aborted";
+            send_json(res, error_body(e), e.status);
+        } else if (gen->n_finished == n_choices && !error.empty()) {
             ApiError e;
             e.status = 500;
             e.type = "server_error";
@@ -262,6 +280,7 @@ void Server::Impl::run_generation(std::shared_ptr<Generation> gen, std::vector<s
     auto provider = [this, gen, n_choices, n_prompt_tokens, next_deadline, total_deadline](size_t,
                                                                                           httplib::DataSink& sink) {
         auto write = [&sink](const std::string& s) { return sink.is_writable() && sink.write(s.data(), s.size()); };
+        if (gen->client.gone()) return false;  // a closed client: the releaser aborts
         const bool chat = gen->endpoint == Endpoint::Chat;
         const TokenText text_of = token_text_fn();
         if (chat && !gen->started_stream) {

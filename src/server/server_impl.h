@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "server/connection.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -48,6 +49,7 @@ struct Generation {
     GenerationParams params;
     ResponseMeta meta;
     std::shared_ptr<EventChannel> channel = std::make_shared<EventChannel>();
+    ClientConnection client;             // the request's socket: polled for a vanished client
     std::vector<RequestId> ids;          // [n_choices] engine request ids
     std::vector<int64_t> n_prompt;       // [n_choices]
     std::vector<ChoiceOutput> outputs;   // [n_choices] accumulated (non-streaming) text / logprobs
@@ -92,7 +94,7 @@ struct Server::Impl {
     void handle_completions(const httplib::Request& req, httplib::Response& res);
     void handle_chat(const httplib::Request& req, httplib::Response& res);
     void run_generation(std::shared_ptr<Generation> gen, std::vector<std::vector<int32_t>> prompts,
-                        httplib::Response& res);
+                        const httplib::Request& req, httplib::Response& res);
     void abort_all(Generation& gen);
     void register_active(const std::shared_ptr<Generation>& gen);
     void unregister_active(Generation* gen);

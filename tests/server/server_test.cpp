@@ -31,7 +31,7 @@ struct Fixture {
     std::atomic<bool> stop{false}, paused{false};
     std::thread stepper;
 
-    explicit Fixture(ServerOptions o = {}) {
+    explicit Fixture(ServerOptions o = {}, int step_delay_ms = 1) {
         model = std::move(load_model(MVLLM_FIXTURE_DIR "/tiny-llama").value());
         CpuBackendOptions bo;
         bo.n_threads = 1;
@@ -47,10 +47,10 @@ struct Fixture {
         server = std::make_unique<Server>(*engine, nullptr, o);
         EXPECT_TRUE(server->bind().is_ok());
         server->start();
-        stepper = std::thread([this] {
+        stepper = std::thread([this, step_delay_ms] {
             while (!stop) {
                 if (paused || !engine->step()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-                else std::this_thread::sleep_for(std::chrono::milliseconds(1));  // slow enough to disconnect mid-stream
+                else std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));  // slow enough to disconnect mid-stream
             }
         });
     }
@@ -207,54 +207,83 @@ TEST(ServerHttp, FullQueueGets429) {
     EXPECT_EQ(ok, 2);
 }
 
+// Sends a raw HTTP request on a new loopback connection and returns the socket.
+int send_raw_request(int port, const std::string& body) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    EXPECT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+    return fd;
+}
+
+// A client that vanishes mid-request, streaming or not, closing politely (FIN) or with a reset
+// (as a crashed or killed client does): the server aborts the request within about one engine
+// step, the engine frees its blocks, and /metrics counts it as aborted.
 TEST(ServerHttp, DisconnectAbortsAndFreesBlocks) {
-    Fixture f;
+    Fixture f(ServerOptions{}, /*step_delay_ms=*/10);  // 500 tokens take >= 5 s: an abort is not a finish
     const int64_t total = f.engine->counters().n_total_blocks;
-    {
-        // A raw socket: read the start of the stream, then close it.
-        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_port = htons(static_cast<uint16_t>(f.server->port()));
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-        const std::string body = R"({"prompt": [1, 2, 3], "max_tokens": 400, "ignore_eos": true, "stream": true})";
-        const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                    "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-        ASSERT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
-        std::string got;
-        char buf[4096];
-        // The first streamed bytes after the headers (tiny-llama has no tokenizer, so its tokens
-        // stream as SSE comments until the final chunk): the request is running, then we vanish.
-        const auto body_started = [&got] {
-            const size_t h = got.find("\r\n\r\n");
-            return h != std::string::npos && got.size() > h + 4;
-        };
-        while (!body_started()) {
-            const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-            ASSERT_GT(n, 0);
-            got.append(buf, n);
+    int n_aborted = 0;
+    for (const bool stream : {false, true}) {
+        for (const bool reset : {false, true}) {
+            SCOPED_TRACE(std::string(stream ? "streaming" : "non-streaming") + (reset ? ", reset" : ", FIN"));
+            const std::string body = std::string(R"({"prompt": [1, 2, 3], "max_tokens": 500, "ignore_eos": true)") +
+                                     (stream ? R"(, "stream": true})" : "}");
+            const int fd = send_raw_request(f.server->port(), body);
+            if (stream) {
+                // The first streamed bytes after the headers (tiny-llama has no tokenizer, so its
+                // tokens stream as SSE comments until the final chunk): the request is running.
+                std::string got;
+                char buf[4096];
+                while (true) {
+                    const size_t h = got.find("\r\n\r\n");
+                    if (h != std::string::npos && got.size() > h + 4) break;
+                    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+                    ASSERT_GT(n, 0);
+                    got.append(buf, n);
+                }
+            } else {
+                // Nothing comes back before the answer: wait until the request holds KV blocks.
+                const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+                while (f.engine->counters().n_free_blocks == total && std::chrono::steady_clock::now() < until)
+                    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                ASSERT_LT(f.engine->counters().n_free_blocks, total);
+            }
+            if (reset) {
+                linger hard_close{1, 0};
+                ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard_close, sizeof(hard_close));
+            }
+            ::close(fd);
+            const auto t_close = std::chrono::steady_clock::now();
+            EngineCounters c;
+            while (std::chrono::steady_clock::now() < t_close + std::chrono::seconds(10)) {
+                c = f.engine->counters();
+                if (f.server->n_in_flight() == 0 && c.n_free_blocks == total) break;
+                std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            }
+            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_close).count();
+            EXPECT_EQ(f.server->n_in_flight(), 0);
+            EXPECT_EQ(c.n_free_blocks, total);
+            // One step is ~10 ms here and the socket is polled every step (every 50 ms while idle);
+            // the bound leaves room for a loaded CI machine, and is far below the 5 s of a finish.
+            EXPECT_LT(seconds, 1.5);
+            ++n_aborted;
+            auto metrics = f.client().Get("/metrics");
+            ASSERT_TRUE(metrics);
+            EXPECT_NE(metrics->body.find("mvllm:num_requests_running 0\n"), std::string::npos);
+            EXPECT_NE(metrics->body.find("mvllm:kv_blocks_used 0\n"), std::string::npos);
+            EXPECT_NE(metrics->body.find("mvllm:request_success_total{finished_reason=\"abort\"} " +
+                                         std::to_string(n_aborted) + "\n"),
+                      std::string::npos)
+                << metrics->body;
+            EXPECT_NE(metrics->body.find("mvllm:request_success_total{finished_reason=\"length\"} 0\n"),
+                      std::string::npos);
         }
-        linger hard_close{1, 0};  // close with a reset, as a client that crashes or is killed does
-        ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard_close, sizeof(hard_close));
-        ::close(fd);
     }
-    // The server notices on its next write, aborts, and the engine frees the blocks at its next step.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    EngineCounters c;
-    while (std::chrono::steady_clock::now() < deadline) {
-        c = f.engine->counters();
-        if (f.server->n_in_flight() == 0 && c.n_free_blocks == total) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    EXPECT_EQ(f.server->n_in_flight(), 0);
-    EXPECT_EQ(c.n_free_blocks, total);
-    auto metrics = f.client().Get("/metrics");
-    ASSERT_TRUE(metrics);
-    EXPECT_NE(metrics->body.find("mvllm:num_requests_running 0\n"), std::string::npos);
-    EXPECT_NE(metrics->body.find("mvllm:kv_blocks_used 0\n"), std::string::npos);
-    EXPECT_NE(metrics->body.find("mvllm:request_success_total{finished_reason=\"abort\"} 1\n"), std::string::npos)
-        << metrics->body;
 }
 
 }  // namespace
