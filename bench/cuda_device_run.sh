@@ -20,18 +20,19 @@ cmake --build build -j"$J" --target test_cuda >> "$LOG/build.log" 2>&1 ||
   { grep -E "error" -A3 "$LOG/build.log" | head -40; exit 1; }
 cmake --build build -j"$J" >> "$LOG/build.log" 2>&1 || { echo "full build failed (continuing):"; grep -E "error" "$LOG/build.log" | head -10; }
 echo "build done in $(( $(date +%s) - t0 )) s"
-nvcc -std=c++20 -O3 -arch=sm_90 --use_fast_math -I src bench/cuda_attention_bench.cu build/libmvllm_backend_cuda.a \
-  build/libmvllm_kv.a build/libmvllm_core.a -lcublas -o build/bench_cuda_attention > "$LOG/bench_build.log" 2>&1 &
-bench_build=$!
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,temperature.gpu --format=csv > "$LOG/gpu.txt" 2>&1
 timeout 150 build/bin/test_cuda > "$LOG/test_cuda.log" 2>&1
 echo "test_cuda rc=$?"
 grep -E "^\[  (FAILED|PASSED|SKIPPED)|rel err|Failure|Expected|Which is|which is|error|CHECK" "$LOG/test_cuda.log" | head -70
 timeout 90 ctest --test-dir build -L gpu --output-on-failure > "$LOG/ctest_gpu.log" 2>&1
 echo "ctest -L gpu rc=$?: $(grep -E "tests passed|tests failed" "$LOG/ctest_gpu.log")"
-wait $bench_build || { tail -20 "$LOG/bench_build.log"; }
-timeout 150 build/bench_cuda_attention "$LOG/attn_bench.json" > "$LOG/attn_bench.log" 2>&1
+timeout ${ATTN_TIMEOUT:-240} build/bin/mvllm bench attention --json-out "$LOG/attn_bench.json" ${ATTN_ARGS:-} > "$LOG/attn_bench.log" 2>&1
 echo "attention bench rc=$?"; cat "$LOG/attn_bench.log"; cp "$LOG/attn_bench.json" "$OUT/" 2>/dev/null
+# The torch anchor (BENCHMARKS.md B1) in the same run, when its script travelled in .carry/.
+if [ -f .carry/attn_torch.py ] && [ -z "${NO_ANCHOR:-}" ]; then
+  OUT="$LOG" timeout ${ANCHOR_TIMEOUT:-200} python3 .carry/attn_torch.py > "$LOG/attn_anchor.log" 2>&1
+  echo "torch anchor rc=$?"; tail -3 "$LOG/attn_anchor.log"; cp "$LOG/attn_anchor_torch.json" "$OUT/" 2>/dev/null
+fi
 timeout 60 build/bin/mvllm make-model /tmp/q05.gguf --preset qwen2.5-0.5b --type q4_0 > "$LOG/model.log" 2>&1 || tail -5 "$LOG/model.log"
 prompt="$(seq -s ' ' 1 20)"
 for dev in cuda cpu; do

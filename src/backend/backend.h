@@ -8,6 +8,7 @@
 
 #include <array>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "core/status.h"
@@ -20,6 +21,14 @@ namespace mvllm {
 struct RopeParams {
     const float* inv_freq = nullptr;  // [head_dim / 2] f32, host
     int32_t head_dim = 0;
+};
+
+// Thrown by a device backend when the memory of a forward pass (activations, attention scratch)
+// cannot be allocated: the message says what did not fit and how much was free. Decoder::forward
+// turns it into an error Status for the batch; nothing aborts.
+class DeviceOutOfMemory : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
 };
 
 class Backend {

@@ -130,13 +130,7 @@ int cmd_bench_serve(const BenchServeArgs& a) {
 
 void register_engine_commands(CLI::App& app) {
     static BenchServeArgs serve;
-    CLI::App* bench = nullptr;
-    try {
-        bench = app.get_subcommand("bench");
-    } catch (const CLI::OptionNotFound&) {
-        bench = app.add_subcommand("bench", "Benchmarks");
-        bench->require_subcommand(1);
-    }
+    CLI::App* bench = bench_group(app);
     CLI::App* s = bench->add_subcommand("throughput", "Engine throughput: N requests submitted at once (B4(b))");
     add_run_options(s, &serve.run);
     s->add_option("--num-requests", serve.num_requests, "requests")->check(CLI::Range(1, 1 << 20));

@@ -207,8 +207,7 @@ void register_model_commands(CLI::App& app) {
     g->callback([] { std::exit(cmd_generate(gen)); });
 
     static BenchDecodeArgs bench;
-    CLI::App* b = app.add_subcommand("bench", "Benchmarks");
-    b->require_subcommand(1);
+    CLI::App* b = bench_group(app);
     CLI::App* bd = b->add_subcommand("decode", "Prefill and decode tok/s on a random prompt");
     add_run_options(bd, &bench.run);
     bd->add_option("--prompt-len", bench.prompt_len, "prompt tokens")->check(CLI::Range(1, 1 << 20));

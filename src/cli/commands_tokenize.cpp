@@ -114,13 +114,7 @@ void register_tokenize_commands(CLI::App& app) {
     t->add_flag("--parse-special", tz.parse_special, "parse special tokens written in the text");
     t->callback([] { std::exit(cmd_tokenize(tz)); });
 
-    // `bench tokenize` joins the `bench` group when it is registered before this.
-    CLI::App* bench = nullptr;
-    for (CLI::App* sub : app.get_subcommands([](CLI::App* s) { return s->get_name() == "bench"; })) bench = sub;
-    if (!bench) {
-        bench = app.add_subcommand("bench", "Benchmarks");
-        bench->require_subcommand(1);
-    }
+    CLI::App* bench = bench_group(app);
     static BenchTokenizeArgs bt;
     CLI::App* b = bench->add_subcommand("tokenize", "Encode throughput (MB/s) on the tokenizer test corpus");
     b->add_option("-t,--tokenizer", bt.tokenizers,

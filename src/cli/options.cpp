@@ -124,4 +124,11 @@ Result<std::vector<int32_t>> parse_ids(const std::string& text) {
     return ids;
 }
 
+CLI::App* bench_group(CLI::App& app) {
+    for (CLI::App* sub : app.get_subcommands([](CLI::App* s) { return s->get_name() == "bench"; })) return sub;
+    CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+    bench->require_subcommand(1);
+    return bench;
+}
+
 }  // namespace mvllm::cli

@@ -63,6 +63,11 @@ void register_engine_commands(CLI::App& app);  // bench throughput
 void register_tokenize_commands(CLI::App& app);  // tokenize, bench tokenize (after model commands)
 void register_serve_commands(CLI::App& app);     // serve
 
+void register_bench_attention_command(CLI::App& app);  // bench attention (CUDA builds run it)
+
+// The `bench` command group, created by the first command file that needs it.
+CLI::App* bench_group(CLI::App& app);
+
 // Prints "error: <message>" and returns exit code 1.
 int fail(const Status& status);
 

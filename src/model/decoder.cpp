@@ -61,6 +61,14 @@ Status Decoder::validate(const Batch& b, const KvCache& cache) const {
 
 Status Decoder::forward(const Batch& batch, KvCache& cache, std::vector<float>* logits) {
     MVLLM_TRY(validate(batch, cache));
+    try {
+        return run(batch, cache, logits);
+    } catch (const DeviceOutOfMemory& e) {
+        return make_error(e.what());
+    }
+}
+
+Status Decoder::run(const Batch& batch, KvCache& cache, std::vector<float>* logits) {
     const ModelConfig& c = config_;
     const DType act = options_.activation_dtype;
     const int64_t n = batch.n_tokens();

@@ -29,13 +29,15 @@ public:
     KvCacheConfig kv_config(int64_t n_blocks, int32_t block_size, DType dtype) const;
 
     // Runs the batch; logits receives [batch.logit_rows.size()][n_vocab] f32.
-    // Errors (never aborts) on a batch that does not fit the cache or the vocabulary.
+    // Errors (never aborts) on a batch that does not fit the cache or the vocabulary, or whose
+    // activations do not fit the device's memory.
     Status forward(const Batch& batch, KvCache& cache, std::vector<float>* logits);
 
 private:
     Decoder(const ModelConfig& config, Backend& backend, const DecoderOptions& options)
         : config_(config), backend_(backend), options_(options) {}
     Status validate(const Batch& batch, const KvCache& cache) const;
+    Status run(const Batch& batch, KvCache& cache, std::vector<float>* logits);  // forward's body
 
     ModelConfig config_;
     Backend& backend_;

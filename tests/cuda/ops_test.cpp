@@ -90,6 +90,31 @@ TEST(CudaOps, RefusesQ5K) {
     EXPECT_NE(r.status().message().find("q5_K"), std::string::npos) << r.status().message();
 }
 
+// Activations that do not fit the GPU: an exception with the sizes (Decoder::forward turns it into
+// an error Status), and the backend keeps working afterwards.
+TEST(CudaOps, OutOfMemoryIsAnErrorNotACrash) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda();
+    ASSERT_TRUE(be);
+    const std::vector<int32_t> ids = {1, 2, 3};
+    Batch batch = simple_batch(ids, 0);
+    be->begin(batch);
+    try {
+        be->alloc(DType::F32, int64_t{1} << 31, int64_t{1} << 12);  // 32 TiB
+        ADD_FAILURE() << "a 32 TiB activation was allocated";
+    } catch (const DeviceOutOfMemory& e) {
+        EXPECT_NE(std::string(e.what()).find("did not fit"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("free"), std::string::npos) << e.what();
+    }
+    be->begin(batch);
+    TensorView small = be->alloc(DType::F32, 64, 3);
+    const std::vector<float> in = random_floats(64 * 3, 5);
+    be->upload(in.data(), small);
+    std::vector<float> back(in.size());
+    be->download(small, back.data());
+    EXPECT_EQ(back, in);
+}
+
 TEST(CudaOps, EmbedMatchesDequantisedRows) {
     MVLLM_REQUIRE_GPU();
     auto be = make_cuda();

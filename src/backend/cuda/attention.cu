@@ -1,7 +1,11 @@
 #include "backend/cuda/attention.cuh"
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
+#include "backend/backend.h"
+#include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/common.cuh"
 
 namespace mvllm::cuda {
@@ -339,9 +343,13 @@ void ensure(void** ptr, size_t* have, size_t need, const char* what) {
     *have = 0;
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    const cudaError_t err = cudaMalloc(ptr, need);
-    MVLLM_CHECK(err == cudaSuccess) << "attention " << what << " scratch of " << need / 1048576.0
-                                    << " MiB did not fit (" << free_b / 1048576.0 << " MiB free)";
+    if (cudaMalloc(ptr, need) != cudaSuccess) {
+        cudaGetLastError();
+        *ptr = nullptr;
+        throw DeviceOutOfMemory(make_error("out of GPU memory: attention ", what, " scratch of ", need / 1048576.0,
+                                           " MiB did not fit (", free_b / 1048576.0, " MiB free)")
+                                    .message());
+    }
     *have = need;
 }
 
@@ -409,11 +417,56 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
     }
 }
 
+// F16/BF16 KV: the tensor-core kernel (attention_mma.cuh); one launch, splits merged in-kernel.
+template <int HD, typename KT>
+void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
+                      int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream) {
+    constexpr size_t kShared = mma_decode::shared_bytes<HD, KT>();
+    static const int ctas_per_sm = [] {
+        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kShared)));
+        int n = 0;
+        MVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mma_decode::decode_kernel<HD, KT>,
+                                                                      mma_decode::kWarps * 32, kShared));
+        return std::max(n, 1);
+    }();
+    const int32_t group = n_heads / kv.n_kv_heads;
+    const int32_t n_tiles = (group + mma_decode::kHeadTile - 1) / mma_decode::kHeadTile;
+    const FusedSplit split = mma_split(batch.n_tokens, kv.n_kv_heads * n_tiles, batch.max_context,
+                                       n_sms * ctas_per_sm, mma_decode::kWarps * mma_decode::kTile);
+    float* part_o = nullptr;
+    float* part_ml = nullptr;
+    int32_t* counters = nullptr;
+    if (split.n_splits > 1) {
+        const size_t n_o = static_cast<size_t>(batch.n_tokens) * n_heads * split.n_splits * HD;
+        const size_t n_ml = static_cast<size_t>(batch.n_tokens) * n_heads * split.n_splits * 2;
+        ensure(&scratch.partial, &scratch.partial_bytes, (n_o + n_ml) * sizeof(float), "split partials");
+        part_o = static_cast<float*>(scratch.partial);
+        part_ml = part_o + n_o;
+        const size_t n_counters = static_cast<size_t>(batch.n_tokens) * kv.n_kv_heads * n_tiles;
+        if (scratch.counters_bytes < n_counters * sizeof(int32_t)) {
+            ensure(&scratch.counters, &scratch.counters_bytes, n_counters * sizeof(int32_t), "split counters");
+            MVLLM_CUDA_CHECK(cudaMemset(scratch.counters, 0, scratch.counters_bytes));  // kernels reset their own
+        }
+        counters = static_cast<int32_t*>(scratch.counters);
+    }
+    const dim3 grid(batch.n_tokens, kv.n_kv_heads * n_tiles, split.n_splits);
+    mma_decode::decode_kernel<HD, KT><<<grid, mma_decode::kWarps * 32, kShared, stream>>>(
+        batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
+        static_cast<const float*>(q.data), n_heads, scale * kLog2e, split.split_tokens, split.n_splits, out.data,
+        out.type, part_o, part_ml, counters);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
 template <int HD, typename KT>
 void fused_dispatch_group(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q,
                           const TensorView& out, int32_t n_heads, float scale, AttentionScratch& scratch,
                           int32_t n_sms, cudaStream_t stream) {
     const int32_t group = n_heads / kv.n_kv_heads;
+    if constexpr (!std::is_same_v<KT, float>) {
+        fused_mma_launch<HD, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream);
+        return;
+    }
     if (group <= 4) fused_launch<HD, KT, 4>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream);
     else fused_launch<HD, KT, 8>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream);
 }
@@ -446,6 +499,7 @@ AttentionScratch::~AttentionScratch() {
     if (scores) cudaFree(scores);
     if (repeated) cudaFree(repeated);
     if (partial) cudaFree(partial);
+    if (counters) cudaFree(counters);
 }
 
 bool cuda_attention_supported(int32_t head_dim, DType kv_dtype) {
@@ -464,6 +518,23 @@ FusedSplit fused_split(int32_t n_rows, int32_t n_kv_heads, int32_t n_head_tiles,
     FusedSplit s;
     s.n_splits = static_cast<int32_t>(std::clamp<int64_t>(want, 1, most));
     s.split_tokens = static_cast<int32_t>(ceil_div(ceil_div(max_context, s.n_splits), 16) * 16);
+    s.n_splits = static_cast<int32_t>(ceil_div(max_context, s.split_tokens));
+    return s;
+}
+
+FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
+                     int32_t min_split_tokens) {
+    // The fewest splits that minimise (waves of CTAs) x (tokens per split): every CTA runs about
+    // as long as its split, and a partial last wave costs as much as a full one.
+    const int64_t base = std::max<int64_t>(1, static_cast<int64_t>(n_rows) * n_ctas_per_row);
+    const int64_t most = std::max<int64_t>(1, ceil_div(max_context, min_split_tokens));
+    int64_t best_n = 1, best_cost = INT64_MAX;
+    for (int64_t n = 1; n <= most; ++n) {
+        const int64_t cost = ceil_div(base * n, std::max(n_slots, 1)) * ceil_div(max_context, n);
+        if (cost < best_cost) best_cost = cost, best_n = n;
+    }
+    FusedSplit s;
+    s.split_tokens = static_cast<int32_t>(ceil_div(ceil_div(max_context, best_n), 16) * 16);
     s.n_splits = static_cast<int32_t>(ceil_div(max_context, s.split_tokens));
     return s;
 }

@@ -5,9 +5,11 @@
 //             scores = Q K^T, softmax, out = P V, each query head reading its own copy.
 //  * grouped: the same three kernels reading K/V in place from the paged blocks; one CTA scores a
 //             tile of context tokens for all query heads of a KV group (each K row loaded once).
-//  * fused:   one paged flash-decoding kernel: one CTA per (query row, KV head, context split)
-//             holding up to 8 query heads of the group in registers, online softmax (base 2, f32),
-//             each K/V vector loaded once for the group; a merge kernel combines the splits.
+//  * fused:   one paged flash-decoding kernel per step. F16/BF16 KV: the tensor-core kernel of
+//             attention_mma.cuh (cp.async pipeline, mma.sync, splits merged by the last CTA).
+//             F32 KV: one CTA per (query row, KV head, context split) holding up to 8 query heads
+//             of the group in registers, online softmax (base 2, f32), each K/V vector loaded
+//             once for the group; a merge kernel combines the splits.
 //             Prefill rows run the same kernel, one query row per CTA (causal: row i sees
 //             positions 0..positions[i]).
 //
@@ -32,6 +34,8 @@ struct AttentionScratch {
     size_t repeated_bytes = 0;
     void* partial = nullptr;  // fused: o [n_tokens][n_heads][n_splits][head_dim] f32, then (m, l) pairs
     size_t partial_bytes = 0;
+    void* counters = nullptr;  // fused F16/BF16: [n_tokens][n_kv_heads * head tiles] splits done, kept at 0
+    size_t counters_bytes = 0;
     ~AttentionScratch();
 };
 
@@ -46,6 +50,11 @@ struct FusedSplit {
 };
 FusedSplit fused_split(int32_t n_rows, int32_t n_kv_heads, int32_t n_head_tiles, int32_t max_context,
                        int32_t n_sms);
+
+// The split of the tensor-core kernel (F16/BF16 KV): n_ctas_per_row CTAs per query row and split,
+// n_slots CTAs resident at once on the device, at least min_split_tokens per split.
+FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
+                     int32_t min_split_tokens);
 
 // seq_ctx_offset: [n_seqs] prefix sums of context_len (naive's dense offsets).
 void launch_attention(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,

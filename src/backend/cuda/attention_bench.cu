@@ -1,11 +1,14 @@
-// B1 on CUDA (BENCHMARKS.md): isolated decode attention per layer, naive / grouped / fused, over a
-// paged F16 or F32 KV cache with scattered blocks, for the Qwen2.5-0.5B and -7B head geometries.
-// Method: a separate KV buffer per layer (the cache comes from HBM, not L2), all layers of the
-// model captured in one CUDA graph, 20 warm-up replays, median of 50 timed replays divided by
-// the layer count. Prints µs/layer, achieved GB/s (KV bytes read / time) and the floor (KV bytes
-// / device-to-device copy bandwidth measured in the same run). Before timing, each variant's
-// output is checked against the fused kernel's (the unit tests check all three against a
-// float64 reference). Usage: bench_cuda_attention [out.json] [--quick]
+// B1 on CUDA (BENCHMARKS.md), behind `mvllm bench attention`: isolated decode attention per layer,
+// naive / grouped / fused, over a paged F32, F16 or BF16 KV cache with scattered blocks, for the
+// Qwen2.5-0.5B and -7B head geometries, contexts 128..32768, batch 1 and 16. Method: a separate KV
+// buffer per layer (the cache comes from HBM, not L2; above 256 MB a layer, two buffers
+// alternate, each far larger than L2), all layers of the model captured in one CUDA graph,
+// 20 warm-up replays, median of 50 timed replays divided by the layer count (slow baselines:
+// fewer, down to 2 + 5, to keep each variant near a second). Prints µs/layer,
+// achieved GB/s (KV bytes read / time) and the floor (KV bytes / device-to-device copy bandwidth
+// measured in the same run). Before timing, each variant's output is checked against the fused
+// kernel's (the unit tests check all three against a float64 reference).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -19,9 +22,9 @@
 #include <vector>
 
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_bench.h"
 
-using namespace mvllm;
-using namespace mvllm::cuda;
+namespace mvllm::cuda {
 
 #define CK(x)                                                                                      \
     do {                                                                                           \
@@ -49,7 +52,8 @@ __global__ void fill_kernel(void* p, DType t, size_t n, uint32_t seed) {
         h ^= h >> 13;
         const float v = (h & 0xffff) / 32768.0f - 1.0f;
         if (t == DType::F32) static_cast<float*>(p)[i] = v;
-        else static_cast<__half*>(p)[i] = __float2half(v);
+        else if (t == DType::F16) static_cast<__half*>(p)[i] = __float2half(v);
+        else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
     }
 }
 
@@ -82,21 +86,21 @@ struct Result {
     double us_per_layer = 0, gbps = 0, max_rel_vs_fused = 0;
 };
 
+const char* dtype_name(DType t) { return t == DType::F32 ? "f32" : t == DType::F16 ? "f16" : "bf16"; }
+
 }  // namespace
 
-int main(int argc, char** argv) {
-    const char* json_path = nullptr;
-    bool quick = false;
-    for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-        else json_path = argv[i];
-    }
+int run_attention_bench(const AttentionBenchOptions& opt) {
     cudaDeviceProp prop{};
     CK(cudaGetDeviceProperties(&prop, 0));
     const double copy_bw = measure_copy_bandwidth();
     std::printf("device %s, %d SMs, copy bandwidth %.0f GB/s (read + write)\n", prop.name, prop.multiProcessorCount,
                 copy_bw / 1e9);
-    FILE* json = json_path ? std::fopen(json_path, "w") : nullptr;
+    FILE* json = opt.json_out.empty() ? nullptr : std::fopen(opt.json_out.c_str(), "w");
+    if (!opt.json_out.empty() && !json) {
+        std::fprintf(stderr, "error: cannot write %s\n", opt.json_out.c_str());
+        return 1;
+    }
     if (json) std::fprintf(json, "{\"device\": \"%s\", \"copy_gbps\": %.1f, \"rows\": [\n", prop.name, copy_bw / 1e9);
 
     const Geometry geos[] = {{"qwen2.5-7b", 28, 28, 4, 128}, {"qwen2.5-0.5b", 24, 14, 2, 64}};
@@ -105,12 +109,18 @@ int main(int argc, char** argv) {
         DType dtype;
         int32_t ctx, batch;
     };
-    std::vector<RowSpec> rows = {
-        {0, DType::F16, 512, 1},  {0, DType::F16, 4096, 1}, {0, DType::F16, 32768, 1}, {0, DType::F16, 4096, 16},
-        {0, DType::F32, 4096, 1}, {1, DType::F16, 512, 1},  {1, DType::F16, 4096, 1},  {1, DType::F16, 32768, 1},
-        {1, DType::F16, 4096, 16}, {1, DType::F32, 4096, 1},
-    };
-    if (quick) rows.resize(2);
+    // BENCHMARKS.md B1: both geometries, contexts 128..32768, F32 / F16 (and BF16), batch 1 and 16
+    // (16 up to 4K, like the torch anchor).
+    std::vector<RowSpec> rows;
+    const int32_t contexts[] = {128, 256, 512, 1024, 2048, 4096, 16384, 32768};
+    for (int32_t batch : {1, 16})
+        for (DType dt : {DType::F16, DType::F32, DType::BF16})
+            for (int geo : {0, 1})
+                for (int32_t ctx : contexts) {
+                    if (batch == 16 && (ctx > 4096 || dt == DType::BF16)) continue;
+                    if (opt.quick && !(ctx == 4096 || ctx == 32768) ) continue;
+                    rows.push_back({geo, dt, ctx, batch});
+                }
     cudaStream_t stream;
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     bool first_row = true;
@@ -122,11 +132,14 @@ int main(int argc, char** argv) {
         const int32_t blocks_per_seq = (rs.ctx + bs - 1) / bs;
         const int64_t n_blocks = static_cast<int64_t>(blocks_per_seq) * rs.batch;
         const size_t elem = rs.dtype == DType::F32 ? 4 : 2;
+        // Distinct buffers per layer, or two alternating ones when a layer alone dwarfs the L2.
+        const size_t layer_bytes_est = 2 * static_cast<size_t>(n_blocks) * g.n_kv_heads * bs * g.head_dim * elem;
+        const int n_buffers = layer_bytes_est > (size_t(256) << 20) ? 2 : g.n_layers;
         const size_t half_bytes = static_cast<size_t>(n_blocks) * g.n_kv_heads * bs * g.head_dim * elem;
         const int n_layers = g.n_layers;
         // One K and one V buffer per layer.
-        std::vector<void*> kbuf(n_layers), vbuf(n_layers);
-        for (int l = 0; l < n_layers; ++l) {
+        std::vector<void*> kbuf(n_buffers), vbuf(n_buffers);
+        for (int l = 0; l < n_buffers; ++l) {
             CK(cudaMalloc(&kbuf[l], half_bytes));
             CK(cudaMalloc(&vbuf[l], half_bytes));
             fill_kernel<<<1024, 256, 0, stream>>>(kbuf[l], rs.dtype, half_bytes / elem, 17u * l + 1);
@@ -186,11 +199,16 @@ int main(int argc, char** argv) {
         const CudaAttention order[3] = {CudaAttention::Fused, CudaAttention::Grouped, CudaAttention::Naive};
         for (CudaAttention variant : order) {
             const int vi = variant == CudaAttention::Naive ? 0 : variant == CudaAttention::Grouped ? 1 : 2;
+            // The three-kernel baselines take seconds a replay past 64K context tokens in a batch.
+            if (variant != CudaAttention::Fused && static_cast<int64_t>(rs.batch) * rs.ctx > 65536) {
+                res[vi].us_per_layer = res[vi].gbps = res[vi].max_rel_vs_fused = NAN;
+                continue;
+            }
             AttentionScratch scratch;
             auto layer = [&](int l) {
                 DeviceKvLayer kv;
-                kv.k = kbuf[l];
-                kv.v = vbuf[l];
+                kv.k = kbuf[l % n_buffers];
+                kv.v = vbuf[l % n_buffers];
                 kv.dtype = static_cast<uint32_t>(rs.dtype);
                 kv.n_kv_heads = g.n_kv_heads;
                 kv.head_dim = g.head_dim;
@@ -217,8 +235,16 @@ int main(int argc, char** argv) {
             cudaEvent_t e0, e1;
             cudaEventCreate(&e0);
             cudaEventCreate(&e1);
-            const bool slow = variant == CudaAttention::Naive && kv_bytes > 1e8;
-            const int warm = slow ? 3 : 20, timed = slow ? 10 : 50;
+            // 20 warm-up + 50 timed replays, fewer (at least 2 + 5) where a replay is slow, so that
+            // a variant takes about a second.
+            float first_ms = 0;
+            cudaEventRecord(e0, stream);
+            CK(cudaGraphLaunch(exec, stream));
+            cudaEventRecord(e1, stream);
+            CK(cudaEventSynchronize(e1));
+            cudaEventElapsedTime(&first_ms, e0, e1);
+            const int timed = std::clamp(static_cast<int>(700.0f / std::max(first_ms, 1e-3f)), 5, 50);
+            const int warm = std::clamp(timed * 2 / 5, 2, 20);
             std::vector<float> ms;
             for (int i = 0; i < warm + timed; ++i) {
                 cudaEventRecord(e0, stream);
@@ -239,20 +265,29 @@ int main(int argc, char** argv) {
         }
         const double floor_us = kv_bytes / copy_bw * 1e6;
         std::printf("%-13s %-4s %6d %5d | %10.2f %10.2f %10.2f | %8.0f %8.0f %8.0f | %7.2f | %5.1f%%  (err vs fused: naive %.1e grouped %.1e)\n",
-                    g.name, rs.dtype == DType::F32 ? "f32" : "f16", rs.ctx, rs.batch, res[0].us_per_layer,
+                    g.name, dtype_name(rs.dtype), rs.ctx, rs.batch, res[0].us_per_layer,
                     res[1].us_per_layer, res[2].us_per_layer, res[0].gbps, res[1].gbps, res[2].gbps, floor_us,
                     100.0 * floor_us / res[2].us_per_layer, res[0].max_rel_vs_fused, res[1].max_rel_vs_fused);
         std::fflush(stdout);
-        if (json)
+        if (json) {
+            auto num = [](double v, const char* fmt) {
+                char buf[32];
+                if (!std::isfinite(v)) return std::string("null");
+                std::snprintf(buf, sizeof buf, fmt, v);
+                return std::string(buf);
+            };
             std::fprintf(json,
                          "%s{\"geometry\": \"%s\", \"kv\": \"%s\", \"ctx\": %d, \"batch\": %d, \"layers\": %d, "
-                         "\"naive_us\": %.3f, \"grouped_us\": %.3f, \"fused_us\": %.3f, \"fused_gbps\": %.1f, "
-                         "\"floor_us\": %.3f, \"err_naive\": %.2e, \"err_grouped\": %.2e}\n",
-                         first_row ? "" : ",", g.name, rs.dtype == DType::F32 ? "f32" : "f16", rs.ctx, rs.batch,
-                         n_layers, res[0].us_per_layer, res[1].us_per_layer, res[2].us_per_layer, res[2].gbps, floor_us,
-                         res[0].max_rel_vs_fused, res[1].max_rel_vs_fused);
+                         "\"naive_us\": %s, \"grouped_us\": %s, \"fused_us\": %s, \"fused_gbps\": %s, "
+                         "\"floor_us\": %s, \"err_naive\": %s, \"err_grouped\": %s}\n",
+                         first_row ? "" : ",", g.name, dtype_name(rs.dtype), rs.ctx, rs.batch, n_layers,
+                         num(res[0].us_per_layer, "%.3f").c_str(), num(res[1].us_per_layer, "%.3f").c_str(),
+                         num(res[2].us_per_layer, "%.3f").c_str(), num(res[2].gbps, "%.1f").c_str(),
+                         num(floor_us, "%.3f").c_str(), num(res[0].max_rel_vs_fused, "%.2e").c_str(),
+                         num(res[1].max_rel_vs_fused, "%.2e").c_str());
+        }
         first_row = false;
-        for (int l = 0; l < n_layers; ++l) {
+        for (int l = 0; l < n_buffers; ++l) {
             cudaFree(kbuf[l]);
             cudaFree(vbuf[l]);
         }
@@ -269,3 +304,5 @@ int main(int argc, char** argv) {
     }
     return 0;
 }
+
+}  // namespace mvllm::cuda

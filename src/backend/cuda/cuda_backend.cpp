@@ -93,11 +93,18 @@ struct CudaBackend::Impl {
         MVLLM_CUDA_OK(cudaStreamSynchronize(stream));
         if (meta_host) cudaFreeHost(meta_host);
         if (meta_device) cudaFree(meta_device);
+        meta_host = nullptr;
+        meta_device = nullptr;
+        meta_capacity = 0;
         const size_t cap = align_up(bytes * 2, 4096);
         MVLLM_CUDA_OK(cudaMallocHost(reinterpret_cast<void**>(&meta_host), cap));
-        const cudaError_t err = cudaMalloc(&meta_device, cap);
-        MVLLM_CHECK(err == cudaSuccess) << "batch metadata of " << mib(cap) << " MiB did not fit ("
-                                        << memory_report() << ")";
+        if (cudaMalloc(&meta_device, cap) != cudaSuccess) {
+            cudaGetLastError();
+            meta_device = nullptr;
+            throw DeviceOutOfMemory(
+                make_error("out of GPU memory: batch metadata of ", mib(cap), " MiB did not fit (", memory_report(), ")")
+                    .message());
+        }
         meta_capacity = cap;
     }
 };
@@ -246,10 +253,14 @@ TensorView CudaBackend::alloc(DType type, int64_t width, int64_t n_rows) {
         if (slot.ptr) MVLLM_CUDA_OK(cudaFree(slot.ptr));
         slot.ptr = nullptr;
         slot.bytes = 0;
-        const cudaError_t err = cudaMalloc(&slot.ptr, need);
-        MVLLM_CHECK(err == cudaSuccess) << "out of GPU memory: activation " << shape_string(t.ne) << " "
-                                        << type_name(type) << " (" << mib(need) << " MiB) did not fit; "
-                                        << memory_report();
+        if (cudaMalloc(&slot.ptr, need) != cudaSuccess) {
+            cudaGetLastError();  // clear the sticky-free allocation error
+            slot.ptr = nullptr;
+            throw DeviceOutOfMemory(make_error("out of GPU memory: activation ", shape_string(t.ne), " ",
+                                               type_name(type), " (", mib(need), " MiB) did not fit; ",
+                                               memory_report())
+                                        .message());
+        }
         slot.bytes = need;
     }
     t.data = slot.ptr;

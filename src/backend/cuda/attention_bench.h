@@ -1,0 +1,16 @@
+// `mvllm bench attention` (BENCHMARKS.md B1) on the CUDA backend: plain header, no CUDA types.
+#pragma once
+
+#include <string>
+
+namespace mvllm::cuda {
+
+struct AttentionBenchOptions {
+    std::string json_out;  // empty: table on stdout only
+    bool quick = false;    // contexts 4096 and 32768 only
+};
+
+// Runs the benchmark on device 0, printing a table; 0 on success.
+int run_attention_bench(const AttentionBenchOptions& options);
+
+}  // namespace mvllm::cuda

@@ -1,0 +1,402 @@
+// The fused paged flash-decoding kernel on tensor cores, for F16 and BF16 KV caches (included by
+// attention.cu only). One CTA per (query row, KV head, tile of up to 16 query heads, context split);
+// its warps stream disjoint 16-token tiles of K and V from the paged cache into shared memory with
+// cp.async (a per-warp pipeline of kStages tiles), so the KV head is read once for all the query
+// heads of its group, and each warp computes
+//     S = Q K^T   (mma m16n8k16: A = the 16 query heads x 16 dims, B = K^T from ldmatrix),
+//     online softmax of S in base 2 in the accumulator registers,
+//     O += P V    (A = P straight from S's accumulator layout, B = V from ldmatrix.trans).
+// Warps merge through shared memory; with several splits the last CTA of a (row, head tile) to
+// finish merges the splits' partial (o, max, sum) itself, so a step needs a single launch.
+//
+// Precision: K and V are used exactly as stored. Q and P are rounded to the KV type for the
+// tensor cores; for BF16 (8-bit mantissa) each is split into a high and a low BF16 part and both
+// are multiplied, which keeps them to ~16 bits (F16 keeps 11 bits with a single part).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/common.cuh"
+
+namespace mvllm::cuda::mma_decode {
+
+constexpr int kWarps = 8;
+constexpr int kTile = 16;    // context tokens per warp step
+constexpr int kStages = 3;   // tiles in flight per warp
+constexpr int kHeadTile = 16;  // query heads per CTA (the mma's M)
+
+template <int HD, typename KT>
+constexpr size_t shared_bytes() {
+    const size_t pipeline = static_cast<size_t>(kWarps) * kStages * 2 * kTile * HD * sizeof(KT);
+    const size_t merge = static_cast<size_t>(kWarps) * kHeadTile * (HD + 2) * sizeof(float);
+    return pipeline > merge ? pipeline : merge;
+}
+
+// ---- PTX wrappers --------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1; zero-filled when !valid (src is then not read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+// c += a * b for one m16n8k16 tile; a: 16x16 row-major, b: 16x8 column-major, c: f32.
+template <typename KT>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                   uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as a packed pair of the KV type; `lo` receives what the rounding lost (BF16 only).
+template <typename KT>
+struct Pack;
+template <>
+struct Pack<__half> {
+    static constexpr bool kSplit = false;
+    static __device__ __forceinline__ uint32_t hi(float a, float b, float (&rest)[2]) {
+        const __half2 h = __floats2half2_rn(a, b);
+        rest[0] = rest[1] = 0.0f;
+        return *reinterpret_cast<const uint32_t*>(&h);
+    }
+};
+template <>
+struct Pack<__nv_bfloat16> {
+    static constexpr bool kSplit = true;
+    static __device__ __forceinline__ uint32_t hi(float a, float b, float (&rest)[2]) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        const float2 back = __bfloat1622float2(h);
+        rest[0] = a - back.x;
+        rest[1] = b - back.y;
+        return *reinterpret_cast<const uint32_t*>(&h);
+    }
+};
+template <typename KT>
+__device__ __forceinline__ uint32_t pack_lo(const float (&rest)[2]) {
+    float unused[2];
+    return Pack<KT>::hi(rest[0], rest[1], unused);
+}
+
+// ---- shared-memory tiles ----------------------------------------------------------------------------
+
+// A tile is [kTile tokens][HD] of the KV type; its 16-byte chunks are XOR-swizzled by row so that
+// the eight rows an ldmatrix reads fall in different banks.
+template <int HD>
+__device__ __forceinline__ int tile_offset(int row, int chunk) {
+    constexpr int kChunks = HD / 8;
+    constexpr int kMask = (kChunks < 8 ? kChunks : 8) - 1;
+    return row * HD + ((chunk ^ (row & kMask)) << 3);
+}
+
+// Starts the copy of tokens [t0, t0 + kTile) of (seq, kv_head) into a K and a V tile; tokens at or
+// past t_end are zero-filled (their scores are masked; zero V keeps 0 * V finite).
+template <int HD, typename KT>
+__device__ __forceinline__ void load_tile(KT* sk, KT* sv, const KT* kc, const KT* vc, const int32_t* table,
+                                          int32_t block_size, int32_t n_kv, int32_t kv_head, int32_t t0,
+                                          int32_t t_end, int lane) {
+    constexpr int kChunks = HD / 8;
+    constexpr int kPerLane = kTile * kChunks / 32;
+    static_assert(kPerLane >= 1 && (kTile * kChunks) % 32 == 0, "tile shape");
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+        const int i = lane + 32 * j;
+        const int row = i / kChunks, chunk = i % kChunks;
+        const int32_t t = t0 + row;
+        const bool valid = t < t_end;
+        int64_t off = 0;
+        if (valid) {
+            const int64_t block = table[t / block_size];
+            off = ((block * n_kv + kv_head) * block_size + t % block_size) * HD + chunk * 8;
+        }
+        const int s = tile_offset<HD>(row, chunk);
+        cp_async16(sk + s, kc + off, valid);
+        cp_async16(sv + s, vc + off, valid);
+    }
+}
+
+__device__ __forceinline__ float exp2_or_zero(float x, float m) { return m == -INFINITY ? 0.0f : exp2f(x - m); }
+
+// ---- the kernel -----------------------------------------------------------------------------------
+
+// Reads: q [n_tokens][n_heads][HD] f32 (RoPE applied), the paged K/V of the row's sequence in
+// [split * split_tokens, min(+split_tokens, positions[row] + 1)). Writes: out (normalised) — directly
+// when n_splits == 1, else through part_o / part_ml (unnormalised o and base-2 (max, sum) per
+// split) and the split counter of the (row, head tile), which the merging CTA resets to 0.
+// Launch: grid (n_tokens, n_kv_heads * n_head_tiles, n_splits), kWarps * 32 threads,
+// shared_bytes<HD, KT>() of dynamic shared memory.
+template <int HD, typename KT>
+__global__ void __launch_bounds__(kWarps * 32, 1)
+    decode_kernel(DeviceBatch batch, const KT* __restrict__ kc, const KT* __restrict__ vc, int32_t n_kv,
+                  const float* __restrict__ q, int32_t n_heads, float scale_log2, int32_t split_tokens,
+                  int32_t n_splits, void* out, DType out_type, float* part_o, float* part_ml, int32_t* counters) {
+    static_assert(HD % 16 == 0, "head_dim must be a multiple of 16");
+    constexpr int kK = HD / 16;   // k-steps of Q K^T
+    constexpr int kN = HD / 8;    // n-tiles of P V
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ int s_last;
+
+    const int32_t row = blockIdx.x;
+    const int32_t group = n_heads / n_kv;
+    const int32_t n_tiles = (group + kHeadTile - 1) / kHeadTile;
+    const int32_t kv_head = blockIdx.y / n_tiles;
+    const int32_t head0 = kv_head * group + (blockIdx.y % n_tiles) * kHeadTile;
+    const int32_t n_g = min(kHeadTile, group - (static_cast<int32_t>(blockIdx.y) % n_tiles) * kHeadTile);
+    const int32_t ctx = batch.positions[row] + 1;
+    const int32_t t_begin = blockIdx.z * split_tokens;
+    if (t_begin >= ctx) return;  // this split is past the row's context
+    const int32_t t_end = min(t_begin + split_tokens, ctx);
+    const int32_t n_active = (ctx + split_tokens - 1) / split_tokens;
+    const int32_t seq = batch.row_seq[row];
+    const int32_t* table = batch.block_tables + batch.seq_block_begin[seq];
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t4 = lane & 3;  // mma fragment coordinates
+    KT* pipe = reinterpret_cast<KT*>(smem) + static_cast<size_t>(warp) * kStages * 2 * kTile * HD;
+
+    // Q as A fragments (rows = query heads, scaled to base 2); heads past n_g are zero.
+    uint32_t qa[kK][4], qa_lo[Pack<KT>::kSplit ? kK : 1][4];
+    {
+        const float* q0 = q + (static_cast<int64_t>(row) * n_heads + head0) * HD;
+#pragma unroll
+        for (int kk = 0; kk < kK; ++kk) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int h = g + (r & 1) * 8;
+                const int d = kk * 16 + t4 * 2 + (r >> 1) * 8;
+                const float x0 = h < n_g ? q0[h * HD + d] * scale_log2 : 0.0f;
+                const float x1 = h < n_g ? q0[h * HD + d + 1] * scale_log2 : 0.0f;
+                float rest[2];
+                qa[kk][r] = Pack<KT>::hi(x0, x1, rest);
+                if constexpr (Pack<KT>::kSplit) qa_lo[kk][r] = pack_lo<KT>(rest);
+            }
+        }
+    }
+
+    float o[kN][4];
+#pragma unroll
+    for (int n = 0; n < kN; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
+
+    const int32_t n_my = t_end > t_begin + warp * kTile ? (t_end - t_begin - warp * kTile + kWarps * kTile - 1) /
+                                                              (kWarps * kTile)
+                                                        : 0;
+    auto tile_start = [&](int32_t i) { return t_begin + (i * kWarps + warp) * kTile; };
+    auto stage_k = [&](int32_t i) { return pipe + (i % kStages) * 2 * kTile * HD; };
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        if (s < n_my)
+            load_tile<HD>(stage_k(s), stage_k(s) + kTile * HD, kc, vc, table, batch.block_size, n_kv, kv_head,
+                          tile_start(s), t_end, lane);
+        cp_async_commit();
+    }
+    for (int32_t i = 0; i < n_my; ++i) {
+        cp_async_wait<kStages - 2>();
+        __syncwarp();
+        {
+            const int32_t next = i + kStages - 1;
+            if (next < n_my)
+                load_tile<HD>(stage_k(next), stage_k(next) + kTile * HD, kc, vc, table, batch.block_size, n_kv,
+                              kv_head, tile_start(next), t_end, lane);
+            cp_async_commit();
+        }
+        const KT* sk = stage_k(i);
+        const KT* sv = sk + kTile * HD;
+        const int32_t t0 = tile_start(i);
+
+        // S = Q K^T: s[nt] covers tokens t0 + nt * 8 + (2 * t4, 2 * t4 + 1) for rows g, g + 8.
+        float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+        for (int kk = 0; kk < kK; ++kk) {
+            const int mi = lane >> 3;
+            const int r = (mi >> 1) * 8 + (lane & 7);
+            uint32_t b[4];
+            ldmatrix_x4(b, sk + tile_offset<HD>(r, 2 * kk + (mi & 1)));
+            mma<KT>(s[0], qa[kk], b[0], b[1]);
+            mma<KT>(s[1], qa[kk], b[2], b[3]);
+            if constexpr (Pack<KT>::kSplit) {
+                mma<KT>(s[0], qa_lo[kk], b[0], b[1]);
+                mma<KT>(s[1], qa_lo[kk], b[2], b[3]);
+            }
+        }
+        // Mask tokens past the split's end.
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c)
+                if (t0 + nt * 8 + t4 * 2 + (c & 1) >= t_end) s[nt][c] = -INFINITY;
+        // Online softmax, one row pair per thread; the four threads of a quad share a row.
+        float corr[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[h], mx);
+            corr[h] = exp2_or_zero(m[h], m_new);
+            m[h] = m_new;
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                s[nt][2 * h] = exp2_or_zero(s[nt][2 * h], m_new);
+                s[nt][2 * h + 1] = exp2_or_zero(s[nt][2 * h + 1], m_new);
+            }
+            l[h] = l[h] * corr[h] + s[0][2 * h] + s[0][2 * h + 1] + s[1][2 * h] + s[1][2 * h + 1];
+        }
+#pragma unroll
+        for (int n = 0; n < kN; ++n) {
+            o[n][0] *= corr[0];
+            o[n][1] *= corr[0];
+            o[n][2] *= corr[1];
+            o[n][3] *= corr[1];
+        }
+        // P as an A fragment: rows g / g + 8, tokens 2 t4 (+1) and 8 + 2 t4 (+1).
+        uint32_t pa[4], pa_lo[4];
+        {
+            float rest[4][2];
+            pa[0] = Pack<KT>::hi(s[0][0], s[0][1], rest[0]);
+            pa[1] = Pack<KT>::hi(s[0][2], s[0][3], rest[1]);
+            pa[2] = Pack<KT>::hi(s[1][0], s[1][1], rest[2]);
+            pa[3] = Pack<KT>::hi(s[1][2], s[1][3], rest[3]);
+            if constexpr (Pack<KT>::kSplit) {
+#pragma unroll
+                for (int r = 0; r < 4; ++r) pa_lo[r] = pack_lo<KT>(rest[r]);
+            }
+        }
+        // O += P V over pairs of 8-dim n-tiles.
+#pragma unroll
+        for (int n = 0; n < kN; n += 2) {
+            const int mi = lane >> 3;
+            const int r = (mi & 1) * 8 + (lane & 7);
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, sv + tile_offset<HD>(r, n + (mi >> 1)));
+            mma<KT>(o[n], pa, b[0], b[1]);
+            mma<KT>(o[n + 1], pa, b[2], b[3]);
+            if constexpr (Pack<KT>::kSplit) {
+                mma<KT>(o[n], pa_lo, b[0], b[1]);
+                mma<KT>(o[n + 1], pa_lo, b[2], b[3]);
+            }
+        }
+        __syncwarp();  // every lane is done with this stage before it is refilled
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+
+    // Merge the warps through shared memory (reusing the pipeline): [warp][head][HD + 2].
+    __syncthreads();
+    float* mrg = reinterpret_cast<float*>(smem);
+    constexpr int kRow = HD + 2;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int head = g + h * 8;
+        if (head >= n_g) continue;
+        float* dst = mrg + (warp * kHeadTile + head) * kRow;
+#pragma unroll
+        for (int n = 0; n < kN; ++n) {
+            dst[n * 8 + t4 * 2] = o[n][2 * h];
+            dst[n * 8 + t4 * 2 + 1] = o[n][2 * h + 1];
+        }
+        if (t4 == 0) {
+            dst[HD] = m[h];
+            dst[HD + 1] = l[h];
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < n_g * HD; idx += blockDim.x) {
+        const int head = idx / HD, d = idx % HD;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, mrg[(w * kHeadTile + head) * kRow + HD]);
+        float sum = 0.0f, a = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+            const float* src = mrg + (w * kHeadTile + head) * kRow;
+            const float c = exp2_or_zero(src[HD], mx);
+            sum += src[HD + 1] * c;
+            a += src[d] * c;
+        }
+        const int64_t head_row = static_cast<int64_t>(row) * n_heads + head0 + head;
+        if (n_splits == 1) {
+            store_any(out, out_type, head_row * HD + d, a / sum);
+        } else {
+            part_o[(head_row * n_splits + blockIdx.z) * HD + d] = a;
+            if (d == 0) {
+                part_ml[(head_row * n_splits + blockIdx.z) * 2] = mx;
+                part_ml[(head_row * n_splits + blockIdx.z) * 2 + 1] = sum;
+            }
+        }
+    }
+    if (n_splits == 1) return;
+
+    // The last of the row's active splits to get here merges them all.
+    __threadfence();
+    __syncthreads();
+    int32_t* counter = counters + static_cast<int64_t>(row) * gridDim.y + blockIdx.y;
+    if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == n_active - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int idx = threadIdx.x; idx < n_g * (HD / 4); idx += blockDim.x) {
+        const int head = idx / (HD / 4), d4 = idx % (HD / 4);
+        const int64_t head_row = static_cast<int64_t>(row) * n_heads + head0 + head;
+        const float* ml = part_ml + head_row * n_splits * 2;
+        float mx = -INFINITY;
+        for (int s = 0; s < n_active; ++s) mx = fmaxf(mx, __ldcg(ml + 2 * s));
+        float sum = 0.0f;
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+        for (int s = 0; s < n_active; ++s) {
+            const float c = exp2_or_zero(__ldcg(ml + 2 * s), mx);
+            sum += __ldcg(ml + 2 * s + 1) * c;
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(part_o + (head_row * n_splits + s) * HD) + d4);
+            a.x += v.x * c;
+            a.y += v.y * c;
+            a.z += v.z * c;
+            a.w += v.w * c;
+        }
+        const int64_t o0 = head_row * HD + d4 * 4;
+        store_any(out, out_type, o0, a.x / sum);
+        store_any(out, out_type, o0 + 1, a.y / sum);
+        store_any(out, out_type, o0 + 2, a.z / sum);
+        store_any(out, out_type, o0 + 3, a.w / sum);
+    }
+    if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
+}
+
+}  // namespace mvllm::cuda::mma_decode

@@ -1,0 +1,34 @@
+// `mvllm bench attention`: BENCHMARKS.md B1, decode attention per layer on the GPU (naive /
+// grouped / fused over a paged KV cache, both Qwen2.5 geometries, contexts 128..32768). The
+// benchmark itself lives with the CUDA kernels (src/backend/cuda/attention_bench.cu).
+#include <cstdlib>
+
+#include "cli/options.h"
+#ifdef MVLLM_HAVE_CUDA
+#include "backend/cuda/attention_bench.h"
+#endif
+
+namespace mvllm::cli {
+
+void register_bench_attention_command(CLI::App& app) {
+    static std::string device = "cuda", json_out;
+    static bool quick = false;
+    CLI::App* b = bench_group(app)->add_subcommand(
+        "attention", "Decode attention per layer on the GPU, three variants (B1; JSON with --json-out)");
+    b->add_option("--device", device, "cuda (the CPU variant is bench/cpu_attention_bench)")
+        ->check(CLI::IsMember({"cuda"}));
+    b->add_option("--json-out", json_out, "write the rows as JSON");
+    b->add_flag("--quick", quick, "contexts 4096 and 32768 only");
+    b->callback([] {
+#ifdef MVLLM_HAVE_CUDA
+        cuda::AttentionBenchOptions o;
+        o.json_out = json_out;
+        o.quick = quick;
+        std::exit(cuda::run_attention_bench(o));
+#else
+        std::exit(fail(make_error("bench attention needs the CUDA backend (this build has none)")));
+#endif
+    });
+}
+
+}  // namespace mvllm::cli
