@@ -18,6 +18,12 @@
 
 namespace mvllm {
 
+// Memory of the device a backend allocates from.
+struct DeviceMemory {
+    size_t free = 0;   // bytes that can still be allocated
+    size_t total = 0;  // bytes the device has
+};
+
 struct RopeParams {
     const float* inv_freq = nullptr;  // [head_dim / 2] f32, host
     int32_t head_dim = 0;
@@ -38,6 +44,9 @@ public:
 
     // Makes a weight usable by this backend (CPU: the host view itself, no copy).
     virtual Result<TensorView> upload_weight(const TensorView& host) = 0;
+    // Free and total memory of the device (CPU: MemAvailable / MemTotal of /proc/meminfo; CUDA:
+    // cudaMemGetInfo). Sizes the KV pool from a fraction of what is free.
+    virtual Result<DeviceMemory> memory_info() const = 0;
     // The paged KV storage of this backend for a geometry.
     virtual Result<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config) = 0;
 

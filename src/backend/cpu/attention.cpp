@@ -5,7 +5,8 @@
 // query tokens); its rows are the chunk's tokens times the group's query heads, row r = t * group
 // + g, so every K/V block of that head is read once for all of them. When there are fewer items
 // than threads (single-sequence decode on a wide pool), the fused path also splits an item's
-// context into ranges of blocks and merges the partial softmaxes afterwards. Naive: per sequence,
+// context into ranges of blocks and merges the partial softmaxes afterwards; batch-invariant, it
+// splits every item at fixed positions instead. Naive: per sequence,
 // the repeated K/V are materialised first, then one item per (query head, chunk).
 // Items are taken from a shared counter by the pool's threads; each thread has its own region of
 // AttentionScratch::buffer.
@@ -441,8 +442,27 @@ float* ensure_scratch(AttentionScratch& scratch, int64_t shared, int64_t per_thr
     return scratch.buffer.data();
 }
 
+// Splits item into context ranges of [p * tiles, (p + 1) * tiles) (tiles a multiple of the fused
+// span, so each part walks the same spans as the unsplit loop would) and records their merge.
+void split_item(const Item& it, int64_t tiles, std::vector<Item>* out, std::vector<Merge>* merges,
+                int64_t* n_slots) {
+    const int64_t parts = (it.b1 + tiles - 1) / tiles;
+    if (parts < 2) {
+        out->push_back(it);
+        return;
+    }
+    merges->push_back({it, *n_slots, parts});
+    for (int64_t p = 0; p < parts; ++p) {
+        Item part = it;
+        part.b0 = p * tiles;
+        part.b1 = std::min(it.b1, (p + 1) * tiles);
+        part.partial = (*n_slots)++;
+        out->push_back(part);
+    }
+}
+
 void run_grouped_or_fused(ThreadPool& pool, bool fused, const Call& c, const KvLayerView& kv,
-                          AttentionScratch& scratch) {
+                          AttentionScratch& scratch, bool batch_invariant) {
     const Batch& batch = *c.batch;
     const int32_t group = c.n_heads / kv.n_kv_heads;
     const int64_t T = kv.block_size;
@@ -469,7 +489,15 @@ void run_grouped_or_fused(ThreadPool& pool, bool fused, const Call& c, const KvL
         max_rows = std::max<int64_t>(max_rows, static_cast<int64_t>(it.n_tok) * group);
         max_ctx = std::max(max_ctx, it.b1 * T);
     }
-    if (fused && static_cast<int64_t>(items.size()) < n_threads) {
+    if (fused && batch_invariant) {
+        // Fixed split points: a row's partial softmaxes and their merge order depend only on its
+        // position, never on how many other items share the call.
+        const int64_t span = fused_span(T);
+        const int64_t tiles = span * std::max<int64_t>(1, kInvariantSplitTokens / (span * T));
+        std::vector<Item> split;
+        for (const Item& it : items) split_item(it, tiles, &split, &merges, &n_slots);
+        items.swap(split);
+    } else if (fused && static_cast<int64_t>(items.size()) < n_threads) {
         const int64_t want = (n_threads + static_cast<int64_t>(items.size()) - 1) /
                              static_cast<int64_t>(items.size());
         std::vector<Item> split;
@@ -651,7 +679,7 @@ void kv_store(const Batch& batch, const TensorView& k, const TensorView& v, cons
 
 void attention(ThreadPool& pool, AttentionVariant variant, const Batch& batch,
                const KvLayerView& kv, const TensorView& q, const TensorView& out, int32_t n_heads,
-               float scale, AttentionScratch& scratch) {
+               float scale, AttentionScratch& scratch, bool batch_invariant) {
     MVLLM_CHECK(kv.dtype == DType::F32 || kv.dtype == DType::F16)
         << "KV cache dtype " << type_name(kv.dtype);
     MVLLM_CHECK(kv.n_kv_heads > 0 && n_heads % kv.n_kv_heads == 0)
@@ -664,8 +692,8 @@ void attention(ThreadPool& pool, AttentionVariant variant, const Batch& batch,
     const Call c{&batch, &q, &out, n_heads, kv.head_dim, scale, &pick_kernels(kv.head_dim)};
     switch (variant) {
         case AttentionVariant::Naive: run_naive(pool, c, kv, scratch); break;
-        case AttentionVariant::Grouped: run_grouped_or_fused(pool, false, c, kv, scratch); break;
-        case AttentionVariant::Fused: run_grouped_or_fused(pool, true, c, kv, scratch); break;
+        case AttentionVariant::Grouped: run_grouped_or_fused(pool, false, c, kv, scratch, batch_invariant); break;
+        case AttentionVariant::Fused: run_grouped_or_fused(pool, true, c, kv, scratch, batch_invariant); break;
     }
 }
 

@@ -36,9 +36,17 @@ struct AttentionScratch {
 // into the layer's cache slots (batch.slot_mapping), converting to the cache dtype.
 void kv_store(const Batch& batch, const TensorView& k, const TensorView& v, const KvLayerView& kv);
 
+// batch_invariant: a row's result depends only on its own sequence's cache and position. The
+// fused variant then splits every context at fixed multiples of kInvariantSplitTokens (merged in
+// order) instead of splitting long contexts only when a batch has fewer work items than threads.
+// The grouped and naive variants are batch-invariant either way.
 void attention(ThreadPool& pool, AttentionVariant variant, const Batch& batch,
                const KvLayerView& kv, const TensorView& q, const TensorView& out, int32_t n_heads,
-               float scale, AttentionScratch& scratch);
+               float scale, AttentionScratch& scratch, bool batch_invariant = false);
+
+// Context positions per split of the batch-invariant fused attention (rounded to whole spans of
+// the fused loop for the cache's block size).
+constexpr int64_t kInvariantSplitTokens = 512;
 
 // The reference: straightforward double-precision softmax attention over the paged cache.
 void attention_reference(const Batch& batch, const KvLayerView& kv, const TensorView& q,

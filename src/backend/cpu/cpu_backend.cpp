@@ -1,6 +1,8 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "backend/cpu/ops.h"
 
@@ -20,7 +22,24 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options)
 
 std::string CpuBackend::name() const {
     return std::string("cpu (") + cpu_isa_name(cpu_isa()) + ", " + std::to_string(pool_.size()) +
-           " threads, attention " + attention_variant_name(options_.attention) + ")";
+           " threads, attention " + attention_variant_name(options_.attention) +
+           (options_.batch_invariant ? ", batch-invariant" : "") + ")";
+}
+
+Result<DeviceMemory> CpuBackend::memory_info() const {
+    std::ifstream in("/proc/meminfo");
+    DeviceMemory m;
+    std::string line;
+    while (std::getline(in, line)) {
+        std::istringstream fields(line);
+        std::string key;
+        size_t kib = 0;
+        fields >> key >> kib;
+        if (key == "MemTotal:") m.total = kib * 1024;
+        if (key == "MemAvailable:") m.free = kib * 1024;
+    }
+    if (m.total == 0 || m.free == 0) return make_error("host memory size unknown (no MemTotal/MemAvailable in /proc/meminfo)");
+    return m;
 }
 
 void CpuBackend::begin(const Batch& batch) {
@@ -50,7 +69,7 @@ void CpuBackend::rms_norm(const TensorView& x, const TensorView& weight, float e
 
 void CpuBackend::matmul(const TensorView& w, const TensorView& x, const TensorView& bias,
                         const TensorView& out) {
-    mvllm::matmul(pool_, w, x, out, matmul_scratch_);
+    mvllm::matmul(pool_, w, x, out, matmul_scratch_, cpu_isa(), options_.batch_invariant);
     if (bias.data) cpu::add_bias(out, bias);
 }
 
@@ -67,7 +86,7 @@ void CpuBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, c
                            int32_t n_heads, float scale) {
     const KvLayerView kv = cache.layer(layer);
     mvllm::attention(pool_, options_.attention, *batch_, kv, as_heads(q, kv.head_dim),
-                     as_heads(out, kv.head_dim), n_heads, scale, attention_scratch_);
+                     as_heads(out, kv.head_dim), n_heads, scale, attention_scratch_, options_.batch_invariant);
 }
 
 void CpuBackend::silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out) {

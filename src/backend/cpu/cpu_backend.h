@@ -15,6 +15,9 @@ namespace mvllm {
 struct CpuBackendOptions {
     int n_threads = 0;  // 0: all hardware threads
     AttentionVariant attention = AttentionVariant::Fused;
+    // Every row's result independent of the rest of the batch (--batch-invariant): fixed-order
+    // matmul kernels for every batch size, fixed attention split points.
+    bool batch_invariant = false;
 };
 
 class CpuBackend final : public Backend {
@@ -23,6 +26,7 @@ public:
     std::string name() const override;
 
     Result<TensorView> upload_weight(const TensorView& host) override { return host; }
+    Result<DeviceMemory> memory_info() const override;
     Result<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config) override {
         return KvCache::create(config);
     }

@@ -23,22 +23,26 @@ namespace {
 // clang-format off
 const VecDotTraits kVecDotTable[] = {
     // weight      act          dot: scalar           avx2             avx512
+    //                          act quantiser: scalar, avx2, avx512
+    //                          batch-invariant dot (nullptr: dot itself is)
     {DType::F32,  DType::F32,  {scalar::dot_f32,  avx2::dot_f32,  nullptr},
-                               {scalar::quantize_f32, scalar::quantize_f32, nullptr}},
+                               {scalar::quantize_f32, scalar::quantize_f32, nullptr}, {}},
     {DType::F16,  DType::F32,  {scalar::dot_f16,  avx2::dot_f16,  nullptr},
-                               {scalar::quantize_f32, scalar::quantize_f32, nullptr}},
+                               {scalar::quantize_f32, scalar::quantize_f32, nullptr}, {}},
     {DType::BF16, DType::F32,  {scalar::dot_bf16, avx2::dot_bf16, nullptr},
-                               {scalar::quantize_f32, scalar::quantize_f32, nullptr}},
+                               {scalar::quantize_f32, scalar::quantize_f32, nullptr}, {}},
     {DType::Q8_0, DType::Q8_0, {scalar::dot_q8_0, avx2::dot_q8_0, avx512::dot_q8_0},
-                               {scalar::quantize_act_q8_0, avx2::quantize_act_q8_0, nullptr}},
+                               {scalar::quantize_act_q8_0, avx2::quantize_act_q8_0, nullptr},
+                               {nullptr, avx2::dot_q8_0_fixed_order, nullptr}},
     {DType::Q4_0, DType::Q8_0, {scalar::dot_q4_0, avx2::dot_q4_0, avx512::dot_q4_0},
-                               {scalar::quantize_act_q8_0, avx2::quantize_act_q8_0, nullptr}},
+                               {scalar::quantize_act_q8_0, avx2::quantize_act_q8_0, nullptr},
+                               {nullptr, avx2::dot_q4_0_fixed_order, nullptr}},
     {DType::Q4_K, DType::Q8_K, {scalar::dot_q4_K, avx2::dot_q4_K, avx512::dot_q4_K},
-                               {quantize_row_q8_K, avx2::quantize_q8_K, nullptr}},
+                               {quantize_row_q8_K, avx2::quantize_q8_K, nullptr}, {}},
     {DType::Q5_K, DType::Q8_K, {scalar::dot_q5_K, avx2::dot_q5_K, nullptr},
-                               {quantize_row_q8_K, avx2::quantize_q8_K, nullptr}},
+                               {quantize_row_q8_K, avx2::quantize_q8_K, nullptr}, {}},
     {DType::Q6_K, DType::Q8_K, {scalar::dot_q6_K, avx2::dot_q6_K, avx512::dot_q6_K},
-                               {quantize_row_q8_K, avx2::quantize_q8_K, nullptr}},
+                               {quantize_row_q8_K, avx2::quantize_q8_K, nullptr}, {}},
 };
 // clang-format on
 
@@ -75,9 +79,9 @@ const VecDotTraits& vec_dot_traits(DType weight) {
     return kVecDotTable[0];
 }
 
-VecDotFn vec_dot_fn(const VecDotTraits& t, CpuIsa isa) {
+VecDotFn vec_dot_fn(const VecDotTraits& t, CpuIsa isa, bool fixed_order) {
     for (int i = static_cast<int>(isa); i >= 0; --i)
-        if (t.dot[i]) return t.dot[i];
+        if (t.dot[i]) return fixed_order && t.dot_fixed_order[i] ? t.dot_fixed_order[i] : t.dot[i];
     return nullptr;
 }
 
@@ -88,7 +92,7 @@ ActQuantizeFn act_quantize_fn(const VecDotTraits& t, CpuIsa isa) {
 }
 
 void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const TensorView& out,
-            MatmulScratch& scratch, CpuIsa isa) {
+            MatmulScratch& scratch, CpuIsa isa, bool batch_invariant) {
     const int64_t n_in = w.ne[0], n_out = w.ne[1], n_tokens = x.ne[1];
     MVLLM_CHECK(w.ne[2] == 1 && w.ne[3] == 1) << "matmul: weight must be 2-D";
     MVLLM_CHECK(x.ne[0] == n_in && x.ne[2] == 1 && x.ne[3] == 1) << "matmul: x " << shape_string(x.ne)
@@ -101,7 +105,7 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
     if (isa == CpuIsa::Avx2 && cpu_isa() == CpuIsa::Scalar) isa = CpuIsa::Scalar;
 
     const VecDotTraits& traits = vec_dot_traits(w.type);
-    const VecDotFn dot = vec_dot_fn(traits, isa);
+    const VecDotFn dot = vec_dot_fn(traits, isa, batch_invariant);
     const ActQuantizeFn quantize = act_quantize_fn(traits, isa);
 
     // ---- activations: [n_tokens] rows of traits.act, act_row_bytes apart ----
@@ -111,13 +115,18 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
     const size_t f32_row_bytes = align_up(n_in * sizeof(float));
     const size_t act_bytes = act_is_x ? 0 : act_stride * n_tokens;
     const size_t f32_bytes = x_is_f32 ? 0 : f32_row_bytes * n_tokens;  // [n_tokens][n_in] f32 copy
-    // Prefill of Q4_0 on AVX2: each thread repacks its chunk of rows into interleaved 8-row panels.
-    const bool panel_gemm = w.type == DType::Q4_0 && isa != CpuIsa::Scalar && n_tokens >= kPanelMinTokens &&
-                            panels_enabled();
+    // Q4_0 on AVX2: prefill repacks each thread's chunk of rows into interleaved 8-row panels; a
+    // decode transposes 8 rows in registers (gemv_q4_0_x8). Batch-invariant: the panel GEMM from
+    // 2 tokens on, and a decode whose every output matches it bit for bit (its leftover rows
+    // through a one-panel GEMM), so a token's result never depends on the batch size.
+    const bool q4_simd = w.type == DType::Q4_0 && isa != CpuIsa::Scalar && panels_enabled();
+    const bool panel_gemm = q4_simd && n_tokens >= (batch_invariant ? 2 : kPanelMinTokens);
+    const bool gemv_x8 = q4_simd && n_tokens == 1;
     const int64_t chunk = rows_per_chunk(n_out, pool.size(), n_tokens, w.row_bytes());
     const int64_t n_blocks = n_in / QK4_0;
-    const size_t panel_bytes = panel_gemm ? align_up(n_blocks * kQ4PanelBlockBytes) : 0;
-    const size_t panels_per_thread = panel_gemm ? (chunk + 7) / 8 * panel_bytes : 0;
+    const size_t panel_bytes = q4_simd ? align_up(n_blocks * kQ4PanelBlockBytes) : 0;
+    const size_t panels_per_thread =
+        panel_gemm ? (chunk + 7) / 8 * panel_bytes : (gemv_x8 && batch_invariant ? panel_bytes : 0);
     const size_t need = act_bytes + f32_bytes + panels_per_thread * pool.size() + kAlign;
     if (scratch.buffer.size() < need) scratch.buffer.resize(need);
     uint8_t* base = scratch.buffer.data();
@@ -177,15 +186,23 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
     }
     const size_t w_row_bytes = w.row_bytes();
     const auto* w_data = static_cast<const uint8_t*>(w.data);
-    if (w.type == DType::Q4_0 && isa != CpuIsa::Scalar && n_tokens == 1 && panels_enabled()) {
+    if (gemv_x8) {
         // Decode: 8 rows at a time through the in-register transpose; the last n_out % 8 rows
-        // through the row kernel.
-        pool.run_dynamic([&](int, int) {
+        // through the row kernel (batch-invariant: through a panel, as a prefill would).
+        pool.run_dynamic([&](int ti, int) {
             for (int64_t c = next_chunk.fetch_add(1, std::memory_order_relaxed); c < n_chunks;
                  c = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
                 const int64_t r0 = c * chunk, r1 = std::min(n_out, r0 + chunk);
                 int64_t r = r0;
-                for (; r + 8 <= r1; r += 8) avx2::gemv_q4_0_x8(n_blocks, w_data + r * w_row_bytes, w_row_bytes, act, y + r);
+                for (; r + 8 <= r1; r += 8)
+                    avx2::gemv_q4_0_x8(n_blocks, w_data + r * w_row_bytes, w_row_bytes, act, y + r, batch_invariant);
+                if (r < r1 && batch_invariant) {
+                    uint8_t* my_panel = panels + ti * panels_per_thread;
+                    const int rows = static_cast<int>(r1 - r);
+                    avx2::repack_q4_0_x8(w_data + r * w_row_bytes, w_row_bytes, rows, n_blocks, my_panel);
+                    avx2::gemm_q4_0_x8(n_blocks, my_panel, act, act_stride, 1, y + r, n_out, rows);
+                    r = r1;
+                }
                 for (; r < r1; ++r) dot(n_in, w_data + r * w_row_bytes, act, act_stride, 1, y + r);
             }
         });

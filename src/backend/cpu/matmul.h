@@ -27,8 +27,11 @@ struct MatmulScratch {
 };
 
 // out must be F32 with ne = {n_out, n_tokens}; x has ne = {n_in, n_tokens}; w has ne = {n_in, n_out}.
+// batch_invariant: every out[t][o] is computed with one reduction order whatever n_tokens is (the
+// kernels are chosen so that a token's row never depends on the other rows of the call); the
+// default picks the fastest kernel per n_tokens, whose rounding differs between them.
 void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const TensorView& out,
-            MatmulScratch& scratch, CpuIsa isa = cpu_isa());
+            MatmulScratch& scratch, CpuIsa isa = cpu_isa(), bool batch_invariant = false);
 
 // The reference: dequantise W rows to f32 and accumulate in double. Used by parity tests.
 void matmul_reference(const TensorView& w, const TensorView& x, const TensorView& out);

@@ -69,12 +69,16 @@ struct VecDotTraits {
     DType act;                  // F32, Q8_0 or Q8_K
     VecDotFn dot[3];            // indexed by CpuIsa; nullptr = not implemented for that ISA
     ActQuantizeFn quantize[3];  // indexed by CpuIsa; nullptr = not implemented
+    // Batch-invariant twins of dot: out[j] is computed in the same order whatever n_x is (the
+    // batch-invariant matmul's requirement). nullptr where dot already has that property.
+    VecDotFn dot_fixed_order[3];
 };
 
 // The row of a weight type (CHECK-fails when the type has no kernels, e.g. Q8_K weights).
 const VecDotTraits& vec_dot_traits(DType weight);
-// The dot kernel / activation quantiser used for `isa`: the best implemented one at or below it.
-VecDotFn vec_dot_fn(const VecDotTraits& t, CpuIsa isa);
+// The dot kernel / activation quantiser used for `isa`: the best implemented one at or below it;
+// with fixed_order, a kernel whose out[j] does not depend on n_x.
+VecDotFn vec_dot_fn(const VecDotTraits& t, CpuIsa isa, bool fixed_order = false);
 ActQuantizeFn act_quantize_fn(const VecDotTraits& t, CpuIsa isa);
 
 // ---- kernels, one set per ISA (vec_dot_scalar.cpp, vec_dot_avx2.cpp, vec_dot_avx512.cpp) ------
@@ -100,6 +104,10 @@ void dot_q4_0(int64_t, const void*, const void*, size_t, int, float*);
 void dot_q4_K(int64_t, const void*, const void*, size_t, int, float*);
 void dot_q5_K(int64_t, const void*, const void*, size_t, int, float*);
 void dot_q6_K(int64_t, const void*, const void*, size_t, int, float*);
+// dot_q8_0 / dot_q4_0 with two FMA chains for every tile size (the tuned kernels use 4, 2 or 1
+// chains by n_x, which makes a token's result depend on how many tokens share its tile).
+void dot_q8_0_fixed_order(int64_t, const void*, const void*, size_t, int, float*);
+void dot_q4_0_fixed_order(int64_t, const void*, const void*, size_t, int, float*);
 // Same blocks as quantize_row_q8_0 / quantize_row_q8_K (core/quant.h), vectorised.
 void quantize_q8_0(const float* src, void* dst, int64_t n);
 void quantize_act_q8_0(const float* src, void* dst, int64_t n);  // quantize_q8_0 + finish
@@ -108,8 +116,10 @@ void repack_q4_0_x8(const void* w, size_t row_bytes, int n_rows, int64_t n_block
 void gemm_q4_0_x8(int64_t n_blocks, const void* panel, const void* x, size_t x_row_bytes, int n_x, float* y,
                   size_t y_stride, int n_rows);
 // One token (decode): y[0..8) = 8 Q4_0 rows (row_bytes apart) . x, the panel transpose done in
-// registers on the fly.
-void gemv_q4_0_x8(int64_t n_blocks, const void* w, size_t row_bytes, const void* x, float* y);
+// registers on the fly. With fixed_order, one FMA chain over the blocks: then every output is
+// bit-identical to gemm_q4_0_x8's for the same row and token (the batch-invariant decode).
+void gemv_q4_0_x8(int64_t n_blocks, const void* w, size_t row_bytes, const void* x, float* y,
+                  bool fixed_order = false);
 // Converts n f16 values to f32 (F16 activations).
 void convert_f16_to_f32(const uint16_t* src, float* dst, int64_t n);
 }  // namespace avx2

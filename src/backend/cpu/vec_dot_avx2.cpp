@@ -80,7 +80,7 @@ inline __m256i unpack_u4(const uint8_t* qs) {
 // the activation's 8 f32 scales (act_q8_0_scales), so a block costs one broadcast-load and one
 // FMA on top of its integer dot. Q4_0 multiplies unsigned nibbles u (maddubs(u, x), no sign
 // trick) and subtracts 8 * d_w * (d_x * sum x) per block at the end; Q8_0 uses the sign trick.
-template <int N, bool kQ4>
+template <int N, bool kQ4, bool kFixedOrder = false>
 void dot_q_0_tile(int64_t n, const void* w, const void* x, size_t x_row_bytes, float* out) {
     using Block = std::conditional_t<kQ4, BlockQ4_0, BlockQ8_0>;
     const auto* wb = static_cast<const Block*>(w);
@@ -93,8 +93,9 @@ void dot_q_0_tile(int64_t n, const void* w, const void* x, size_t x_row_bytes, f
         x_d[j] = act_q8_0_scales(xb[j], n);
         x_dsum[j] = x_d[j] + act_q8_0_n_scales(n);
     }
-    // Independent FMA chains: >= 4 in all (FMA latency 4), within 16 ymm registers.
-    constexpr int kChains = N == 1 ? 4 : (N == 2 ? 2 : 1);
+    // Independent FMA chains: >= 4 in all (FMA latency 4), within 16 ymm registers. Block k goes
+    // to chain k % kChains, so the fixed-order variant keeps one chain count for every N.
+    constexpr int kChains = kFixedOrder ? 2 : (N == 1 ? 4 : (N == 2 ? 2 : 1));
     __m256 acc[kChains][N], corr[N];
     for (int j = 0; j < N; ++j) {
         corr[j] = _mm256_setzero_ps();
@@ -391,6 +392,12 @@ void dot_q8_0(int64_t n, const void* w, const void* x, size_t x_row_bytes, int n
 void dot_q4_0(int64_t n, const void* w, const void* x, size_t x_row_bytes, int n_x, float* out) {
     MVLLM_TILE_DISPATCH(dot_q_0_tile, true)
 }
+void dot_q8_0_fixed_order(int64_t n, const void* w, const void* x, size_t x_row_bytes, int n_x, float* out) {
+    MVLLM_TILE_DISPATCH(dot_q_0_tile, false, true)
+}
+void dot_q4_0_fixed_order(int64_t n, const void* w, const void* x, size_t x_row_bytes, int n_x, float* out) {
+    MVLLM_TILE_DISPATCH(dot_q_0_tile, true, true)
+}
 void dot_q4_K(int64_t n, const void* w, const void* x, size_t x_row_bytes, int n_x, float* out) {
     MVLLM_TILE_DISPATCH(dot_q45_K_tile, false)
 }
@@ -437,7 +444,8 @@ void repack_q4_0_x8(const void* w, size_t row_bytes, int n_rows, int64_t n_block
 }
 
 // Decode: the same transpose as repack_q4_0_x8, done in registers block by block and used at once.
-void gemv_q4_0_x8(int64_t n_blocks, const void* w, size_t row_bytes, const void* x, float* y) {
+template <bool kFixedOrder>
+void gemv_q4_0_x8_impl(int64_t n_blocks, const void* w, size_t row_bytes, const void* x, float* y) {
     const auto* w0 = static_cast<const uint8_t*>(w);
     const auto* xb = static_cast<const BlockQ8_0*>(x);
     const float* x_d = act_q8_0_scales(x, n_blocks * QK8_0);
@@ -477,10 +485,16 @@ void gemv_q4_0_x8(int64_t n_blocks, const void* w, size_t row_bytes, const void*
                 s_hi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(g[k], 4), m4), _mm256_set1_epi32(x_hi)));
         }
         const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_adds_epi16(s_lo, s_hi), ones));
-        if (b & 1) acc1 = _mm256_fmadd_ps(dot, _mm256_mul_ps(d_w, _mm256_broadcast_ss(x_d + b)), acc1);
+        // The fixed order is gemm_q4_0_x8_tile's: one chain, d_w * d_x then FMA.
+        if (!kFixedOrder && (b & 1)) acc1 = _mm256_fmadd_ps(dot, _mm256_mul_ps(d_w, _mm256_broadcast_ss(x_d + b)), acc1);
         else acc0 = _mm256_fmadd_ps(dot, _mm256_mul_ps(d_w, _mm256_broadcast_ss(x_d + b)), acc0);
     }
-    _mm256_storeu_ps(y, _mm256_add_ps(acc0, acc1));
+    _mm256_storeu_ps(y, kFixedOrder ? acc0 : _mm256_add_ps(acc0, acc1));
+}
+
+void gemv_q4_0_x8(int64_t n_blocks, const void* w, size_t row_bytes, const void* x, float* y, bool fixed_order) {
+    if (fixed_order) gemv_q4_0_x8_impl<true>(n_blocks, w, row_bytes, x, y);
+    else gemv_q4_0_x8_impl<false>(n_blocks, w, row_bytes, x, y);
 }
 
 void gemm_q4_0_x8(int64_t n_blocks, const void* panel, const void* x, size_t x_row_bytes, int n_x, float* y,
