@@ -90,8 +90,13 @@ bool parse_scheduling_policy(const std::string& name, SchedulingPolicy* out);  /
 struct EngineOptions {
     size_t kv_cache_memory = size_t(256) << 20;  // bytes of KV pool
     int64_t kv_cache_blocks = 0;                 // > 0: exact block count instead of the budget
+    // Pool sized from the device's memory, measured after the weights are loaded and one
+    // profiling forward of max_batched_tokens tokens has grown the activation buffers (as vLLM):
+    double kv_cache_memory_fraction = 0;  // (0, 1]: this fraction of the free memory (--kv-cache-memory 90%)
+    double gpu_memory_utilization = 0;    // (0, 1]: the process may use this fraction of the device's total
+                                          // memory; the pool gets what the weights and activations leave
     int32_t block_size = 16;
-    std::string kv_dtype = "f32";                // f32 | f16
+    std::string kv_dtype = "f32";                // f32 | f16 | bf16 (bf16: CUDA)
     int32_t max_batched_tokens = 2048;           // tokens per step (decodes + prefill chunks)
     int32_t max_seqs = 256;                      // running sequences
     int32_t max_prefill_chunk = 512;             // prefill tokens of one request per step (0: no cap)
@@ -117,6 +122,10 @@ struct EngineCounters {
     int64_t n_preemptions = 0;
     int64_t n_finished = 0;
     int64_t max_step_tokens = 0;
+    // Wall time of steps (schedule to postprocess), split by kind, for prefill / decode tok/s.
+    double prefill_step_seconds = 0;  // steps that ran prompt (or recomputed) tokens
+    double decode_step_seconds = 0;   // steps of decode tokens only
+    int64_t n_decode_step_tokens = 0; // the decode tokens of those steps
     int64_t n_free_blocks = 0;
     int64_t n_total_blocks = 0;
     int64_t n_running = 0;
@@ -154,7 +163,8 @@ public:
 
     bool idle() const;
     EngineCounters counters() const;
-    std::string startup_report() const;  // the KV pool: blocks, tokens, full-length sequences
+    // The KV pool: blocks, tokens, full-length sequences, and where its budget came from.
+    std::string startup_report() const;
 
     struct Impl;
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sys/resource.h>
 
 #include "cli/options.h"
 #include "engine/engine.h"
@@ -25,7 +26,7 @@ struct BenchServeArgs {
     std::string input_len = "100:1024";
     std::string output_len = "100:1024";
     int seed = 0;
-    std::string kv_cache_memory = "1GiB";
+    KvPoolArgs kv_pool;
     int max_batched_tokens = 2048;
     int max_seqs = 256;
     int max_prefill_chunk = 512;
@@ -53,10 +54,8 @@ int cmd_bench_serve(const BenchServeArgs& a) {
     if (!in_range) return fail(in_range.status());
     auto out_range = parse_range(a.output_len);
     if (!out_range) return fail(out_range.status());
-    auto budget = parse_memory_size(a.kv_cache_memory);
-    if (!budget) return fail(budget.status().with_context("--kv-cache-memory"));
     EngineOptions eo;
-    eo.kv_cache_memory = *budget;
+    if (Status st = apply_kv_pool_options(a.kv_pool, &eo); !st) return fail(st);
     eo.block_size = a.run.kv_block_size;
     eo.kv_dtype = a.run.kv_dtype.empty() ? a.run.activation_dtype : a.run.kv_dtype;
     eo.max_batched_tokens = a.max_batched_tokens;
@@ -99,25 +98,34 @@ int cmd_bench_serve(const BenchServeArgs& a) {
     (*engine)->run_until_idle();
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const EngineCounters c = (*engine)->counters();
+    // Prefill tok/s: prompt tokens over the wall time of the steps that ran any; decode tok/s:
+    // tokens of decode-only steps over their time (llama-batched-bench's split, B4(a)).
+    const double prefill_tps = c.prefill_step_seconds > 0 ? c.n_prefill_tokens / c.prefill_step_seconds : 0;
+    const double decode_tps = c.decode_step_seconds > 0 ? c.n_decode_step_tokens / c.decode_step_seconds : 0;
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    const double peak_rss_mib = usage.ru_maxrss / 1024.0;
     std::printf("| model | requests | input | output | policy | max batched | max seqs | output tok/s | total tok/s | "
-                "TTFT p50 s | TTFT p99 s | preemptions | elapsed s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    std::printf("| %s | %d | %s | %s | %s | %d | %d | %.1f | %.1f | %.3f | %.3f | %lld | %.2f |\n", a.run.model.c_str(),
-                a.num_requests, a.input_len.c_str(), a.output_len.c_str(), a.policy.c_str(), a.max_batched_tokens,
-                a.max_seqs, n_out / elapsed, (n_in + n_out) / elapsed, percentile(ttft, 0.5), percentile(ttft, 0.99),
-                (long long)c.n_preemptions, elapsed);
+                "prefill tok/s | decode tok/s | TTFT p50 s | TTFT p99 s | preemptions | peak RSS MiB | elapsed s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| %s | %d | %s | %s | %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %lld | %.0f | %.2f |\n",
+                a.run.model.empty() ? kDefaultModelName : a.run.model.c_str(), a.num_requests, a.input_len.c_str(),
+                a.output_len.c_str(), a.policy.c_str(), a.max_batched_tokens, a.max_seqs, n_out / elapsed,
+                (n_in + n_out) / elapsed, prefill_tps, decode_tps, percentile(ttft, 0.5), percentile(ttft, 0.99),
+                (long long)c.n_preemptions, peak_rss_mib, elapsed);
     if (!a.json_out.empty()) {
         std::time_t now = std::time(nullptr);
         char date[32];
         std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
         nlohmann::json j = {
-            {"benchmark", "serve"}, {"commit", MVLLM_GIT_COMMIT}, {"date", date}, {"device", rt->backend->name()},
+            {"benchmark", "throughput"}, {"batch_invariant", a.run.batch_invariant}, {"commit", MVLLM_GIT_COMMIT}, {"date", date}, {"device", rt->backend->name()},
             {"model", a.run.model}, {"geometry", rt->model->config.summary()}, {"num_requests", a.num_requests},
             {"input_len", a.input_len}, {"output_len", a.output_len}, {"seed", a.seed}, {"policy", a.policy},
             {"max_batched_tokens", a.max_batched_tokens}, {"max_seqs", a.max_seqs},
             {"max_prefill_chunk", a.max_prefill_chunk}, {"kv_cache", (*engine)->startup_report()},
             {"input_tokens", n_in}, {"output_tokens", n_out}, {"failed", n_failed}, {"elapsed_s", elapsed},
             {"output_tok_s", n_out / elapsed}, {"total_tok_s", (n_in + n_out) / elapsed},
+            {"prefill_tok_s", prefill_tps}, {"decode_tok_s", decode_tps}, {"peak_rss_mib", peak_rss_mib},
             {"ttft_p50_s", percentile(ttft, 0.5)}, {"ttft_p99_s", percentile(ttft, 0.99)},
             {"steps", c.n_steps}, {"preemptions", c.n_preemptions},
             {"prefix_tokens_reused", c.prefix_tokens_reused}};
@@ -137,7 +145,7 @@ void register_engine_commands(CLI::App& app) {
     s->add_option("--input-len", serve.input_len, "prompt tokens, MIN:MAX (uniform) or N");
     s->add_option("--output-len", serve.output_len, "generated tokens, MIN:MAX (uniform) or N");
     s->add_option("--seed", serve.seed, "seed of the lengths and prompts");
-    s->add_option("--kv-cache-memory", serve.kv_cache_memory, "KV pool size: bytes or 512MiB, 2GiB, ...");
+    add_kv_pool_options(s, &serve.kv_pool);
     s->add_option("--max-batched-tokens", serve.max_batched_tokens, "tokens per engine step")->check(CLI::Range(1, 1 << 24));
     s->add_option("--max-seqs", serve.max_seqs, "running sequences")->check(CLI::Range(1, 1 << 20));
     s->add_option("--max-prefill-chunk", serve.max_prefill_chunk, "prefill tokens of one request per step (0: no cap)")

@@ -17,7 +17,7 @@ namespace {
 struct ServeArgs {
     RunOptions run;
     server::ServerOptions server;
-    std::string kv_cache_memory = "1GiB";
+    KvPoolArgs kv_pool;
     int max_num_seqs = 256;
     int max_batched_tokens = 2048;
     int max_prefill_chunk = 512;
@@ -30,10 +30,8 @@ std::atomic<int> g_signal{0};
 void on_signal(int sig) { g_signal = sig; }
 
 int cmd_serve(ServeArgs& a) {
-    auto budget = parse_memory_size(a.kv_cache_memory);
-    if (!budget) return fail(budget.status().with_context("--kv-cache-memory"));
     EngineOptions eo;
-    eo.kv_cache_memory = *budget;
+    if (Status st = apply_kv_pool_options(a.kv_pool, &eo); !st) return fail(st);
     eo.block_size = a.run.kv_block_size;
     eo.kv_dtype = a.run.kv_dtype.empty() ? a.run.activation_dtype : a.run.kv_dtype;
     eo.max_batched_tokens = a.max_batched_tokens;
@@ -89,8 +87,8 @@ void register_serve_commands(CLI::App& app) {
         ->check(CLI::NonNegativeNumber);
     s->add_option("--http-threads", a.server.http_threads, "concurrent connections (a stream holds one)")
         ->check(CLI::Range(2, 4096));
-    s->add_option("--kv-cache-memory", a.kv_cache_memory, "KV pool size: bytes or 512MiB, 2GiB, ...");
-    s->add_option("--max-num-seqs", a.max_num_seqs, "running sequences")->check(CLI::Range(1, 1 << 20));
+    add_kv_pool_options(s, &a.kv_pool);
+    s->add_option("--max-num-seqs,--max-seqs", a.max_num_seqs, "running sequences")->check(CLI::Range(1, 1 << 20));
     s->add_option("--max-batched-tokens", a.max_batched_tokens, "tokens per engine step")->check(CLI::Range(1, 1 << 24));
     s->add_option("--max-prefill-chunk", a.max_prefill_chunk, "prefill tokens of one request per step (0: no cap)")
         ->check(CLI::Range(0, 1 << 24));

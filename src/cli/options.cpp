@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "kv/block_manager.h"
+
 #ifdef MVLLM_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -66,6 +68,42 @@ void add_run_options(CLI::App* cmd, RunOptions* o) {
     cmd->add_option("--kv-block-size", o->kv_block_size, "tokens per KV block")->check(CLI::Range(1, 1 << 20));
     cmd->add_option("-c,--ctx-size", o->ctx_size, "KV cache capacity in tokens (0: what the run needs)");
     cmd->add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens per forward call (0: all)");
+    cmd->add_flag("--batch-invariant", o->batch_invariant,
+                  "batch-invariant kernels: a request's greedy output never depends on what shares its batches "
+                  "(fixed reduction orders; slower)");
+}
+
+void add_kv_pool_options(CLI::App* cmd, KvPoolArgs* a) {
+    cmd->add_option("--kv-cache-memory", a->kv_cache_memory,
+                    "KV pool size: bytes (512MiB, 2GiB, ...) or N% of the device memory free after loading the "
+                    "model and a profiling forward (default 1GiB)");
+    cmd->add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
+                    "as vLLM: the fraction (0, 1] of the device's memory this process may use; the KV pool gets "
+                    "what the weights and activations leave of it");
+}
+
+Status apply_kv_pool_options(const KvPoolArgs& a, EngineOptions* eo) {
+    if (a.gpu_memory_utilization != 0) {
+        if (!a.kv_cache_memory.empty())
+            return make_error("give --kv-cache-memory or --gpu-memory-utilization, not both");
+        if (!(a.gpu_memory_utilization > 0 && a.gpu_memory_utilization <= 1))
+            return make_error("--gpu-memory-utilization must be in (0, 1], got ", a.gpu_memory_utilization);
+        eo->gpu_memory_utilization = a.gpu_memory_utilization;
+        return Status::ok();
+    }
+    const std::string text = a.kv_cache_memory.empty() ? "1GiB" : a.kv_cache_memory;
+    if (text.back() == '%') {
+        char* end = nullptr;
+        const double pct = std::strtod(text.c_str(), &end);
+        if (end != text.c_str() + text.size() - 1 || !(pct > 0 && pct <= 100))
+            return make_error("--kv-cache-memory: not a percentage in (0, 100]: \"", text, "\"");
+        eo->kv_cache_memory_fraction = pct / 100.0;
+        return Status::ok();
+    }
+    auto bytes = parse_memory_size(text);
+    if (!bytes) return bytes.status().with_context("--kv-cache-memory");
+    eo->kv_cache_memory = *bytes;
+    return Status::ok();
 }
 
 Result<Runtime> make_runtime(const RunOptions& o, int64_t n_tokens) {
@@ -87,6 +125,7 @@ Result<Runtime> make_runtime(const RunOptions& o, int64_t n_tokens) {
         cuda.attention = variant == AttentionVariant::Naive     ? CudaAttentionVariant::Naive
                          : variant == AttentionVariant::Grouped ? CudaAttentionVariant::Grouped
                                                                 : CudaAttentionVariant::Fused;
+        cuda.batch_invariant = o.batch_invariant;
         MVLLM_ASSIGN_OR_RETURN(rt.backend, CudaBackend::create(cuda));
     }
 #endif
@@ -94,6 +133,7 @@ Result<Runtime> make_runtime(const RunOptions& o, int64_t n_tokens) {
         CpuBackendOptions cpu;
         cpu.n_threads = o.threads;
         cpu.attention = variant;
+        cpu.batch_invariant = o.batch_invariant;
         rt.backend = std::make_unique<CpuBackend>(cpu);
     }
     DecoderOptions dopt;

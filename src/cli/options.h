@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "engine/engine.h"
 #include "model/decoder.h"
 #include "model/model.h"
 
@@ -36,6 +37,7 @@ struct RunOptions {
     int kv_block_size = 16;
     int64_t ctx_size = 0;  // KV capacity in tokens (0: prompt + generation)
     int prefill_chunk = 0;
+    bool batch_invariant = false;  // a row's result never depends on the rest of its batch
 };
 
 void add_run_options(CLI::App* cmd, RunOptions* o);
@@ -51,6 +53,16 @@ struct Runtime {
 // Loads the model and creates the backend, decoder and a KV cache of at least n_tokens tokens.
 Result<Runtime> make_runtime(const RunOptions& o, int64_t n_tokens);
 
+// The KV pool options of serve and bench throughput: --kv-cache-memory as bytes ("2GiB") or as
+// a percentage of the device memory free after loading ("90%"), or --gpu-memory-utilization F
+// (vLLM's rule). Empty and 0: 1 GiB.
+struct KvPoolArgs {
+    std::string kv_cache_memory;
+    double gpu_memory_utilization = 0;
+};
+void add_kv_pool_options(CLI::App* cmd, KvPoolArgs* a);
+Status apply_kv_pool_options(const KvPoolArgs& a, EngineOptions* eo);
+
 // "1 2 3" or "1,2,3" -> ids.
 Result<std::vector<int32_t>> parse_ids(const std::string& text);
 
@@ -60,6 +72,7 @@ void register_model_commands(CLI::App& app);  // logits, generate, bench decode
 void register_template_commands(CLI::App& app);  // template
 void register_chat_commands(CLI::App& app);  // chat
 void register_engine_commands(CLI::App& app);  // bench throughput
+void register_engine_latency_commands(CLI::App& app);  // bench prefix, bench hol (after the above)
 void register_tokenize_commands(CLI::App& app);  // tokenize, bench tokenize (after model commands)
 void register_serve_commands(CLI::App& app);     // serve
 

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/kv_pool_sizing.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -53,6 +54,7 @@ struct Engine::Impl {
     TextStreamFactory text_streams;
     EngineOptions options;
     KvPoolPlan plan;
+    std::string budget_source;  // how the pool's budget was derived (start-up report)
     int64_t max_model_len = 0;
     std::vector<int32_t> eos_ids;
     std::unique_ptr<KvCache> cache;
@@ -91,12 +93,14 @@ struct Engine::Impl {
     void emit(Sequence* seq, EngineEvent event);
     void finish(Sequence* seq, FinishReason reason, const std::string& error = "");
     void note_scheduled(const SchedulerOutput& plan);
-    void update_counters(const SchedulerOutput& plan);
+    int64_t update_counters(const SchedulerOutput& plan);  // returns the step's decode tokens
+    void note_step_time(int64_t n_decode, bool decode_only, double step_seconds);
     void refresh_occupancy();
 };
 
 // One engine step: schedule -> build batch -> forward -> sample -> postprocess.
 bool Engine::Impl::step(Status* status) {
+    const auto t_start = EngineClock::now();
     drain_inbox();
     const SchedulerOutput plan = scheduler->schedule();
     if (plan.empty()) {
@@ -111,9 +115,10 @@ bool Engine::Impl::step(Status* status) {
         return true;
     }
     scheduler->commit(plan);  // KV written: count the tokens, publish full blocks
-    update_counters(plan);
+    const int64_t n_decode = update_counters(plan);
     postprocess(plan);        // sample, append, stop checks, stream, free finished sequences
     refresh_occupancy();      // finished sequences no longer count as running
+    note_step_time(n_decode, n_decode == plan.n_tokens, seconds(EngineClock::now() - t_start));
     return true;
 }
 
@@ -251,14 +256,16 @@ void Engine::Impl::refresh_occupancy() {
     counters.n_waiting = static_cast<int64_t>(scheduler->waiting().size());
 }
 
-void Engine::Impl::update_counters(const SchedulerOutput& plan) {
+int64_t Engine::Impl::update_counters(const SchedulerOutput& plan) {
     std::lock_guard<std::mutex> lock(counters_mu);
     EngineCounters& c = counters;
     ++c.n_steps;
+    int64_t n_decode = 0;
     for (const ScheduledSequence& s : plan.scheduled) {
         const bool decode = s.n_tokens == 1 && s.seq->n_output() > 0;
-        (decode ? c.n_decode_tokens : c.n_prefill_tokens) += s.n_tokens;
+        (decode ? n_decode : c.n_prefill_tokens) += s.n_tokens;
     }
+    c.n_decode_tokens += n_decode;
     c.n_preemptions += static_cast<int64_t>(plan.preempted.size());
     c.max_step_tokens = std::max(c.max_step_tokens, plan.n_tokens);
     c.n_free_blocks = blocks->n_free();
@@ -273,6 +280,17 @@ void Engine::Impl::update_counters(const SchedulerOutput& plan) {
     c.prefix_evictions = p.n_evictions;
     c.prefix_pending_waits = p.n_pending_waits;
     c.prefix_collisions = p.n_collisions;
+    return n_decode;
+}
+
+void Engine::Impl::note_step_time(int64_t n_decode, bool decode_only, double step_seconds) {
+    std::lock_guard<std::mutex> lock(counters_mu);
+    if (decode_only) {
+        counters.decode_step_seconds += step_seconds;
+        counters.n_decode_step_tokens += n_decode;
+    } else {
+        counters.prefill_step_seconds += step_seconds;
+    }
 }
 
 Result<RequestId> Engine::Impl::submit(Request request, EventCallback on_event) {
@@ -347,15 +365,20 @@ Result<std::unique_ptr<Engine>> Engine::create(Decoder& decoder, const EngineOpt
     if (o.max_seqs <= 0) return make_error("--max-seqs must be positive");
     if (o.max_prefill_chunk < 0) return make_error("--max-prefill-chunk must be >= 0");
     DType kv_dtype;
-    if (!parse_type_name(o.kv_dtype, &kv_dtype) || (kv_dtype != DType::F32 && kv_dtype != DType::F16))
-        return make_error("--kv-dtype ", o.kv_dtype, " is not supported (f32 or f16)");
+    if (!parse_type_name(o.kv_dtype, &kv_dtype) ||
+        (kv_dtype != DType::F32 && kv_dtype != DType::F16 && kv_dtype != DType::BF16))
+        return make_error("--kv-dtype ", o.kv_dtype, " is not supported (f32, f16, or bf16 on CUDA)");
     if (!text_streams && tokenizer != nullptr) text_streams = incremental_text_streams(*tokenizer);
     auto impl = std::make_unique<Impl>(decoder, tokenizer, std::move(text_streams), o);
     const ModelConfig& mc = decoder.config();
     impl->max_model_len = o.max_model_len > 0 ? o.max_model_len : (mc.n_ctx_train > 0 ? mc.n_ctx_train : 4096);
     const KvCacheConfig geometry = decoder.kv_config(0, o.block_size, kv_dtype);
-    MVLLM_ASSIGN_OR_RETURN(impl->plan, plan_kv_pool(geometry, o.kv_cache_blocks > 0 ? size_t(-1) : o.kv_cache_memory,
-                                                    impl->max_model_len));
+    KvBudget budget{size_t(-1), ""};
+    if (o.kv_cache_blocks <= 0) {
+        MVLLM_ASSIGN_OR_RETURN(budget, kv_pool_budget(decoder, o, geometry, impl->max_model_len));
+    }
+    MVLLM_ASSIGN_OR_RETURN(impl->plan, plan_kv_pool(geometry, budget.bytes, impl->max_model_len));
+    impl->budget_source = budget.source;
     if (o.kv_cache_blocks > 0) impl->plan.n_blocks = o.kv_cache_blocks;
     MVLLM_ASSIGN_OR_RETURN(impl->cache, decoder.backend().create_kv_cache(
                                             decoder.kv_config(impl->plan.n_blocks, o.block_size, kv_dtype)));
@@ -433,6 +456,9 @@ EngineCounters Engine::counters() const {
     return impl_->counters;
 }
 
-std::string Engine::startup_report() const { return impl_->plan.report(); }
+std::string Engine::startup_report() const {
+    const std::string& source = impl_->budget_source;
+    return impl_->plan.report() + (source.empty() ? "" : "; budget: " + source);
+}
 
 }  // namespace mvllm

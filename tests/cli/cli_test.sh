@@ -80,6 +80,21 @@ fi
 c=$(printf 'Who is Mr. Darcy?\nAnd his sister?\n' | "$MVLLM" chat -n 16 --seed 1 -t 2 2>/dev/null)
 check "chat answers each piped turn" '[ "$(grep -c . <<<"$c")" -ge 2 ]'
 
+# the engine benchmarks and the KV pool options (shipped model, small runs)
+bi=$("$MVLLM" bench throughput --num-requests 3 --input-len 8:40 --output-len 2:6 --batch-invariant \
+     --kv-cache-memory 2% -t 2 --json-out "$TMP/tp.json" 2>&1)
+check "bench throughput --batch-invariant with a 2% pool reports the budget" \
+  'grep -q "budget: 2% of the .* GiB free" <<<"$bi" && grep -q "\"batch_invariant\": true" "$TMP/tp.json"'
+expect_error "a pool percentage out of range" "not a percentage" "$MVLLM" bench throughput --num-requests 1 --kv-cache-memory 101%
+expect_error "a utilization that leaves nothing" "nothing is left for the KV cache" \
+  "$MVLLM" bench throughput --num-requests 1 --gpu-memory-utilization 0.00001
+"$MVLLM" bench prefix --prompt-len 64 --overlaps 0,100 --repeat 2 -t 2 --json-out "$TMP/prefix.json" >/dev/null 2>&1
+check "bench prefix: 0% reuses nothing, 100% the 3 full blocks before the last token" \
+  '[ "$(grep -o "\"prefix_tokens_reused\": [0-9]*" "$TMP/prefix.json" | tr -d "\n ")" = "\"prefix_tokens_reused\":0\"prefix_tokens_reused\":48" ]'
+"$MVLLM" bench hol --long-len 200 --short-len 8 --num-short 2 --max-batched-tokens 64 --repeat 1 -t 2 \
+  --json-out "$TMP/hol.json" >/dev/null 2>&1
+check "bench hol writes the four configurations" '[ "$(grep -c "\"short_ttft_median_s\"" "$TMP/hol.json")" = 4 ]'
+
 # text tools on the real tokenizers (fetched by scripts/fetch_tokenizers.sh)
 TOK=$FIX/../data/tokenizers/qwen3
 if [ -s "$TOK/tokenizer.json" ]; then
