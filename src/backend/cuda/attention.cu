@@ -390,10 +390,11 @@ void three_kernels(CudaAttention variant, const DeviceBatch& batch, const int64_
 
 template <int HD, typename KT, int G>
 void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
-                  int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream) {
+                  int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
+                  bool batch_invariant) {
     const int32_t group = n_heads / kv.n_kv_heads;
     const int32_t n_tiles = (group + G - 1) / G;
-    const FusedSplit split = fused_split(batch.n_tokens, kv.n_kv_heads, n_tiles, batch.max_context, n_sms);
+    const FusedSplit split = fused_split(batch.n_tokens, kv.n_kv_heads, n_tiles, batch.max_context, n_sms, batch_invariant);
     float* part_o = nullptr;
     float* part_ml = nullptr;
     if (split.n_splits > 1) {
@@ -420,7 +421,8 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
 // F16/BF16 KV: the tensor-core kernel (attention_mma.cuh); one launch, splits merged in-kernel.
 template <int HD, typename KT>
 void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
-                      int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream) {
+                      int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
+                      bool batch_invariant) {
     constexpr size_t kShared = mma_decode::shared_bytes<HD, KT>();
     static const int ctas_per_sm = [] {
         MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT>,
@@ -432,8 +434,12 @@ void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
     }();
     const int32_t group = n_heads / kv.n_kv_heads;
     const int32_t n_tiles = (group + mma_decode::kHeadTile - 1) / mma_decode::kHeadTile;
-    const FusedSplit split = mma_split(batch.n_tokens, kv.n_kv_heads * n_tiles, batch.max_context,
-                                       n_sms * ctas_per_sm, mma_decode::kWarps * mma_decode::kTile);
+    // Batch-invariant: the fixed split positions of fused_split (the in-kernel merge walks a row's
+    // active splits in order, so a row's result depends on its own context only).
+    const FusedSplit split = batch_invariant ? fused_split(batch.n_tokens, kv.n_kv_heads, n_tiles, batch.max_context,
+                                                           n_sms, true)
+                                             : mma_split(batch.n_tokens, kv.n_kv_heads * n_tiles, batch.max_context,
+                                                         n_sms * ctas_per_sm, mma_decode::kWarps * mma_decode::kTile);
     float* part_o = nullptr;
     float* part_ml = nullptr;
     int32_t* counters = nullptr;
@@ -461,24 +467,25 @@ void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
 template <int HD, typename KT>
 void fused_dispatch_group(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q,
                           const TensorView& out, int32_t n_heads, float scale, AttentionScratch& scratch,
-                          int32_t n_sms, cudaStream_t stream) {
+                          int32_t n_sms, cudaStream_t stream, bool bi) {
     const int32_t group = n_heads / kv.n_kv_heads;
     if constexpr (!std::is_same_v<KT, float>) {
-        fused_mma_launch<HD, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream);
+        fused_mma_launch<HD, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi);
         return;
     }
-    if (group <= 4) fused_launch<HD, KT, 4>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream);
-    else fused_launch<HD, KT, 8>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream);
+    if (group <= 4) fused_launch<HD, KT, 4>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi);
+    else fused_launch<HD, KT, 8>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi);
 }
 
 template <typename KT>
 void fused_dispatch_dim(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
-                        int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream) {
+                        int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
+                        bool bi) {
     switch (kv.head_dim) {
-        case 16: fused_dispatch_group<16, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream); break;
-        case 32: fused_dispatch_group<32, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream); break;
-        case 64: fused_dispatch_group<64, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream); break;
-        case 128: fused_dispatch_group<128, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream); break;
+        case 16: fused_dispatch_group<16, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi); break;
+        case 32: fused_dispatch_group<32, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi); break;
+        case 64: fused_dispatch_group<64, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi); break;
+        case 128: fused_dispatch_group<128, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi); break;
         default: MVLLM_CHECK(false) << "fused attention: head_dim " << kv.head_dim;
     }
 }
@@ -486,9 +493,10 @@ void fused_dispatch_dim(const DeviceBatch& batch, const DeviceKvLayer& kv, const
 template <typename KT>
 void attention_typed(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
                      int64_t total_context, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
-                     int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream) {
+                     int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
+                     bool bi) {
     if (variant == CudaAttention::Fused)
-        fused_dispatch_dim<KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream);
+        fused_dispatch_dim<KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi);
     else
         three_kernels<KT>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, stream);
 }
@@ -509,7 +517,8 @@ bool cuda_attention_supported(int32_t head_dim, DType kv_dtype) {
 }
 
 FusedSplit fused_split(int32_t n_rows, int32_t n_kv_heads, int32_t n_head_tiles, int32_t max_context,
-                       int32_t n_sms) {
+                       int32_t n_sms, bool batch_invariant) {
+    if (batch_invariant) return {static_cast<int32_t>(ceil_div(max_context, kInvariantSplitTokens)), kInvariantSplitTokens};
     // Aim for about four CTAs per SM, never fewer than 64 context tokens per split.
     constexpr int32_t kMinSplitTokens = 64;
     const int64_t base = static_cast<int64_t>(n_rows) * n_kv_heads * n_head_tiles;
@@ -542,7 +551,7 @@ FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context
 void launch_attention(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
                       int64_t total_context, const DeviceKvLayer& kv, const TensorView& q,
                       const TensorView& out, int32_t n_heads, float scale, AttentionScratch& scratch,
-                      int32_t n_sms, cudaStream_t stream) {
+                      int32_t n_sms, cudaStream_t stream, bool batch_invariant) {
     MVLLM_CHECK(q.type == DType::F32) << "attention q must be f32, got " << type_name(q.type);
     MVLLM_CHECK(q.ne[0] == static_cast<int64_t>(n_heads) * kv.head_dim && out.ne[0] == q.ne[0]) << "attention width";
     MVLLM_CHECK(n_heads % kv.n_kv_heads == 0) << "n_heads " << n_heads << " vs n_kv_heads " << kv.n_kv_heads;
@@ -553,9 +562,9 @@ void launch_attention(CudaAttention variant, const DeviceBatch& batch, const int
             << "naive/grouped attention support up to " << kMaxGroupThreeOps << " query heads per KV head";
     if (batch.n_tokens == 0) return;
     switch (static_cast<DType>(kv.dtype)) {
-        case DType::F32: attention_typed<float>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream); break;
-        case DType::F16: attention_typed<__half>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream); break;
-        case DType::BF16: attention_typed<__nv_bfloat16>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream); break;
+        case DType::F32: attention_typed<float>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant); break;
+        case DType::F16: attention_typed<__half>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant); break;
+        case DType::BF16: attention_typed<__nv_bfloat16>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant); break;
         default: MVLLM_CHECK(false) << "attention: KV dtype " << type_name(static_cast<DType>(kv.dtype));
     }
 }

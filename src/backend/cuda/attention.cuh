@@ -48,8 +48,11 @@ struct FusedSplit {
     int32_t n_splits = 1;
     int32_t split_tokens = 0;
 };
+// batch_invariant: splits of kInvariantSplitTokens at fixed positions (a row's partial softmaxes and
+// their merge order then depend on its own context only; empty splits merge as exact zeros).
+constexpr int32_t kInvariantSplitTokens = 512;
 FusedSplit fused_split(int32_t n_rows, int32_t n_kv_heads, int32_t n_head_tiles, int32_t max_context,
-                       int32_t n_sms);
+                       int32_t n_sms, bool batch_invariant = false);
 
 // The split of the tensor-core kernel (F16/BF16 KV): n_ctas_per_row CTAs per query row and split,
 // n_slots CTAs resident at once on the device, at least min_split_tokens per split.
@@ -60,6 +63,6 @@ FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context
 void launch_attention(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
                       int64_t total_context, const DeviceKvLayer& kv, const TensorView& q,
                       const TensorView& out, int32_t n_heads, float scale, AttentionScratch& scratch,
-                      int32_t n_sms, cudaStream_t stream);
+                      int32_t n_sms, cudaStream_t stream, bool batch_invariant = false);
 
 }  // namespace mvllm::cuda

@@ -140,7 +140,8 @@ std::string CudaBackend::name() const {
     const char* variant = impl_->options.attention == CudaAttentionVariant::Naive     ? "naive"
                           : impl_->options.attention == CudaAttentionVariant::Grouped ? "grouped"
                                                                                       : "fused";
-    return "cuda (" + impl_->device_name + ", " + std::to_string(impl_->n_sms) + " SMs, attention " + variant + ")";
+    return "cuda (" + impl_->device_name + ", " + std::to_string(impl_->n_sms) + " SMs, attention " + variant +
+           (impl_->options.batch_invariant ? ", batch-invariant" : "") + ")";
 }
 
 int32_t CudaBackend::sm_count() const { return impl_->n_sms; }
@@ -164,6 +165,16 @@ Result<TensorView> CudaBackend::upload_weight(const TensorView& host) {
     TensorView dev = host;
     dev.data = ptr;
     return dev;
+}
+
+Result<DeviceMemory> CudaBackend::memory_info() const {
+    DeviceMemory m;
+    const cudaError_t err = cudaMemGetInfo(&m.free, &m.total);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        return make_error("cudaMemGetInfo failed: ", cudaGetErrorString(err));
+    }
+    return m;
 }
 
 Result<std::unique_ptr<KvCache>> CudaBackend::create_kv_cache(const KvCacheConfig& config) {
@@ -276,7 +287,8 @@ void CudaBackend::rms_norm(const TensorView& x, const TensorView& weight, float 
 }
 
 void CudaBackend::matmul(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out) {
-    cuda::launch_matmul(w, x, bias, out, impl_->matmul_scratch, impl_->cublas, impl_->stream);
+    cuda::launch_matmul(w, x, bias, out, impl_->matmul_scratch, impl_->cublas, impl_->stream,
+                        impl_->options.batch_invariant);
 }
 
 void CudaBackend::rope(const TensorView& x, int32_t n_heads, const RopeParams& rope) {
@@ -320,7 +332,7 @@ void CudaBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, 
                                             ? cuda::CudaAttention::Grouped
                                             : cuda::CudaAttention::Fused;
     cuda::launch_attention(variant, im.batch, im.seq_ctx_offset, im.total_context, device_layer(cache, layer), q, out,
-                           n_heads, scale, im.attention_scratch, im.n_sms, im.stream);
+                           n_heads, scale, im.attention_scratch, im.n_sms, im.stream, im.options.batch_invariant);
 }
 
 void CudaBackend::silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out) {

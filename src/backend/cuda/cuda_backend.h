@@ -17,6 +17,9 @@ enum class CudaAttentionVariant { Naive, Grouped, Fused };
 struct CudaBackendOptions {
     int device = 0;
     CudaAttentionVariant attention = CudaAttentionVariant::Fused;
+    // --batch-invariant: the GEMV for every batch size instead of cuBLAS beyond 8 rows, and the
+    // fused attention split at fixed positions (cuda/matmul.cuh, cuda/attention.cuh).
+    bool batch_invariant = false;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).
@@ -32,6 +35,7 @@ public:
     // Copies a weight to device memory (once). Refuses types without CUDA kernels (Q5_K) and
     // reports what did not fit when device memory runs out.
     Result<TensorView> upload_weight(const TensorView& host) override;
+    Result<DeviceMemory> memory_info() const override;
     // Device-resident paged KV cache (F32, F16 or BF16); head_dim 16, 32, 64 or 128.
     Result<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config) override;
 

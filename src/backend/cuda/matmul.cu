@@ -161,8 +161,8 @@ bool cuda_weight_type_supported(DType type) {
     }
 }
 
-MatmulPath choose_matmul_path(DType weight_type, int64_t n_tokens) {
-    if (n_tokens <= kGemvMaxTokens) return MatmulPath::Gemv;
+MatmulPath choose_matmul_path(DType weight_type, int64_t n_tokens, bool batch_invariant) {
+    if (batch_invariant || n_tokens <= kGemvMaxTokens) return MatmulPath::Gemv;
     if (weight_type == DType::F32 || weight_type == DType::BF16) return MatmulPath::GemmF32;
     return MatmulPath::GemmF16;
 }
@@ -210,7 +210,7 @@ void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t 
 }
 
 void launch_matmul(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,
-                   MatmulScratch& scratch, cublasHandle_t cublas, cudaStream_t stream) {
+                   MatmulScratch& scratch, cublasHandle_t cublas, cudaStream_t stream, bool batch_invariant) {
     const int64_t n_in = w.ne[0], n_out = w.ne[1], n_tokens = x.ne[1];
     MVLLM_CHECK(x.ne[0] == n_in && out.ne[0] == n_out && out.ne[1] == n_tokens && out.type == DType::F32)
         << "matmul shapes: w " << shape_string(w.ne) << " x " << shape_string(x.ne) << " out " << shape_string(out.ne);
@@ -219,14 +219,18 @@ void launch_matmul(const TensorView& w, const TensorView& x, const TensorView& b
     const float* bias_p = bias.data ? static_cast<const float*>(bias.data) : nullptr;
     MVLLM_CHECK(!bias.data || bias.type == DType::F32) << "bias type";
     float* o = static_cast<float*>(out.data);
-    const MatmulPath path = choose_matmul_path(w.type, n_tokens);
+    const MatmulPath path = choose_matmul_path(w.type, n_tokens, batch_invariant);
     if (path == MatmulPath::Gemv) {
         if (!is_float_type(w.type)) MVLLM_CHECK(n_in % kChunk == 0) << "quantised row of " << n_in;
-        const int nt = static_cast<int>(n_tokens);
-        if (x.type == DType::F32)
-            gemv_dispatch_columns(w, static_cast<const float*>(x.data), bias_p, o, n_in, n_out, nt, stream);
-        else
-            gemv_dispatch_columns(w, static_cast<const __half*>(x.data), bias_p, o, n_in, n_out, nt, stream);
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += kGemvMaxTokens) {  // one slice unless batch-invariant
+            const int nt = static_cast<int>(std::min<int64_t>(kGemvMaxTokens, n_tokens - t0));
+            if (x.type == DType::F32)
+                gemv_dispatch_columns(w, static_cast<const float*>(x.data) + t0 * n_in, bias_p, o + t0 * n_out, n_in,
+                                      n_out, nt, stream);
+            else
+                gemv_dispatch_columns(w, static_cast<const __half*>(x.data) + t0 * n_in, bias_p, o + t0 * n_out, n_in,
+                                      n_out, nt, stream);
+        }
         MVLLM_CUDA_LAUNCH_CHECK();
         return;
     }

@@ -19,7 +19,10 @@ namespace mvllm::cuda {
 constexpr int64_t kGemvMaxTokens = 8;
 
 enum class MatmulPath { Gemv, GemmF16, GemmF32 };
-MatmulPath choose_matmul_path(DType weight_type, int64_t n_tokens);
+// batch_invariant: the GEMV for every n_tokens (in slices of kGemvMaxTokens columns), whose
+// per-column reduction order does not depend on the column count; cuBLAS picks its algorithm
+// (and split-K) by shape, so a row's rounding would depend on the batch.
+MatmulPath choose_matmul_path(DType weight_type, int64_t n_tokens, bool batch_invariant = false);
 const char* matmul_path_name(MatmulPath path);
 
 // Device scratch of the GEMM paths, grown on demand (growth synchronises the device).
@@ -35,7 +38,7 @@ struct MatmulScratch {
 bool cuda_weight_type_supported(DType type);
 
 void launch_matmul(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,
-                   MatmulScratch& scratch, cublasHandle_t cublas, cudaStream_t stream);
+                   MatmulScratch& scratch, cublasHandle_t cublas, cudaStream_t stream, bool batch_invariant = false);
 
 // Dequantises a whole weight matrix (any supported type) to F16 or F32 rows (out: same ne).
 void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t stream);
