@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
     mvllm::cli::register_tokenize_commands(app);
     mvllm::cli::register_serve_commands(app);
     mvllm::cli::register_bench_attention_command(app);
+    mvllm::cli::register_bench_serve_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -119,5 +119,29 @@ else
   bad "real tokenizers missing: run scripts/fetch_tokenizers.sh"
 fi
 
+# bench serve: an HTTP load generator against a running server (here the default model)
+expect_error "bench serve without a server" "cannot reach" "$MVLLM" bench serve --url http://127.0.0.1:9 --concurrency 1
+expect_error "bench serve rejects a bad --url" "is not http://" "$MVLLM" bench serve --url ftp://x
+"$MVLLM" serve --port 0 -t 2 2>"$TMP/serve.log" &
+server=$!
+port=""
+for _ in $(seq 1 300); do
+  port=$(sed -n 's|^serving .* on http://127\.0\.0\.1:\([0-9]*\) .*|\1|p' "$TMP/serve.log")
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+if [ -n "$port" ]; then
+  "$MVLLM" bench serve --url "http://127.0.0.1:$port/v1" --concurrency 1,3 --num-requests 3 --input-len 8:16 \
+    --output-len 5 --json-out "$TMP/bench_serve.json" >"$TMP/bench_serve.txt" 2>&1
+  check "bench serve: two levels, 3 requests each, 15 output tokens each, no failure" \
+    'python3 -c "import json,sys; r=json.load(open(sys.argv[1])); l=r[\"levels\"]; sys.exit(0 if [x[\"concurrency\"] for x in l]==[1,3] and all(x[\"completed\"]==3 and x[\"failed\"]==0 and x[\"output_tokens\"]==15 and x[\"ttft\"][\"n\"]==3 and x[\"itl\"][\"n\"]>0 for x in l) else 1)" "$TMP/bench_serve.json"'
+  check "bench serve prints a table row per level" '[ "$(grep -c "^| [13] | 3 | 0 |" "$TMP/bench_serve.txt")" = 2 ]'
+  expect_error "bench serve: lengths beyond the server's context" "max_model_len 1024" \
+    "$MVLLM" bench serve --url "http://127.0.0.1:$port" --input-len 1000 --output-len 100
+else
+  bad "serve did not start: $(cat "$TMP/serve.log")"
+fi
+kill "$server" 2>/dev/null; wait "$server" 2>/dev/null
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
