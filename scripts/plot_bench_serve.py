@@ -28,9 +28,12 @@ def main():
     runs = [json.load(open(p)) for p in a.json]
     def name(r):
         return r.get("label") or r["model"]
-    labels = [f"{name(r)}, {l['concurrency']} client(s)" for r in runs for l in r["levels"]]
+    prefix = (lambda r: f"{name(r)}, ") if len(runs) > 1 else (lambda r: "")
+    labels = [f"{prefix(r)}{l['concurrency']} client(s)" for r in runs for l in r["levels"]]
     levels = [l for r in runs for l in r["levels"]]
     shape = f"input {runs[0]['input_len']}, output {runs[0]['output_len']} tokens"
+    if len(runs) == 1:
+        shape = f"{name(runs[0])}; {shape}"
     panels = [
         panel(f"Time to first token, p50 / p99 (ms); {shape}",
               [f"{x}, p50" for x in labels] + [f"{x}, p99" for x in labels],

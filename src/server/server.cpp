@@ -163,10 +163,12 @@ Status Server::bind() {
         const int port = s.http.bind_to_any_port(s.options.host);
         if (port <= 0) return make_error("cannot bind ", s.options.host, " on any port");
         s.options.port = port;
-        return Status();
-    }
-    if (!s.http.bind_to_port(s.options.host, s.options.port))
+    } else if (!s.http.bind_to_port(s.options.host, s.options.port)) {
         return make_error("cannot bind ", s.options.host, ":", s.options.port, " (in use, or not an address here)");
+    }
+    // Room for a burst of new connections (the kernel caps it at net.core.somaxconn).
+    if (!s.http.raise_backlog(std::max(SOMAXCONN, s.options.http_threads)))
+        return make_error("cannot listen on ", s.options.host, ":", s.options.port);
     return Status();
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -41,6 +42,14 @@ private:
     std::deque<ChoiceEvent> events_;
 };
 
+// cpp-httplib's server with access to its listening socket: Debian's 0.11 library listens with a
+// backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled in), so a burst of connections overflows the
+// accept queue and some clients get a reset. listen(2) again on the bound socket raises it.
+class HttpServer : public httplib::Server {
+public:
+    bool raise_backlog(int backlog) { return ::listen(svr_sock_, backlog) == 0; }
+};
+
 enum class Endpoint { Completions, Chat };
 
 // One generation HTTP request: its engine requests (prompt x n) and what they produced so far.
@@ -66,7 +75,7 @@ struct Server::Impl {
     Engine& engine;
     const Tokenizer* tokenizer;
     ServerOptions options;
-    httplib::Server http;
+    HttpServer http;
     // Shared with the engine callbacks, which may outlive the server (an aborted request's last event).
     std::shared_ptr<ServerMetrics> metrics = std::make_shared<ServerMetrics>();
     std::shared_ptr<std::atomic<int64_t>> n_waiting = std::make_shared<std::atomic<int64_t>>(0);  // no event yet

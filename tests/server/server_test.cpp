@@ -10,6 +10,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -31,7 +32,7 @@ struct Fixture {
     std::atomic<bool> stop{false}, paused{false};
     std::thread stepper;
 
-    explicit Fixture(ServerOptions o = {}, int step_delay_ms = 1) {
+    explicit Fixture(ServerOptions o = {}, int step_delay_ms = 1, bool listen = true) {
         model = std::move(load_model(MVLLM_FIXTURE_DIR "/tiny-llama").value());
         CpuBackendOptions bo;
         bo.n_threads = 1;
@@ -46,7 +47,7 @@ struct Fixture {
         o.max_model_len = 512;
         server = std::make_unique<Server>(*engine, nullptr, o);
         EXPECT_TRUE(server->bind().is_ok());
-        server->start();
+        if (listen) server->start();
         stepper = std::thread([this, step_delay_ms] {
             while (!stop) {
                 if (paused || !engine->step()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -205,6 +206,34 @@ TEST(ServerHttp, FullQueueGets429) {
     f.paused = false;
     for (auto& t : waiting) t.join();
     EXPECT_EQ(ok, 2);
+}
+
+// A burst of new connections must not overflow the accept queue (cpp-httplib 0.11 listens with a
+// backlog of 5; the server raises it). Nothing accepts here, so every connection that completes
+// its handshake waits in the backlog: with a backlog of 5, the 7th connect would hang.
+TEST(ServerHttp, BurstOfConnectionsFitsTheBacklog) {
+    Fixture f(ServerOptions{}, 1, /*listen=*/false);
+    std::vector<int> fds;
+    for (int i = 0; i < 100; ++i) {
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(static_cast<uint16_t>(f.server->port()));
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        const int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+        EXPECT_TRUE(rc == 0 || errno == EINPROGRESS);
+        fds.push_back(fd);
+    }
+    int n_connected = 0;
+    for (int fd : fds) {
+        pollfd p{fd, POLLOUT, 0};
+        int error = -1;
+        socklen_t len = sizeof(error);
+        if (::poll(&p, 1, 2000) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0)
+            ++n_connected;
+        ::close(fd);
+    }
+    EXPECT_EQ(n_connected, 100);
 }
 
 // Sends a raw HTTP request on a new loopback connection and returns the socket.
