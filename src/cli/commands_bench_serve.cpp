@@ -378,14 +378,7 @@ int cmd_bench_serve(BenchServeArgs a) {
 
 void register_bench_serve_command(CLI::App& app) {
     static BenchServeArgs a;
-    CLI::App* bench = nullptr;
-    try {
-        bench = app.get_subcommand("bench");
-    } catch (const CLI::OptionNotFound&) {
-        bench = app.add_subcommand("bench", "Benchmarks");
-        bench->require_subcommand(1);
-    }
-    CLI::App* s = bench->add_subcommand(
+    CLI::App* s = bench_group(app)->add_subcommand(
         "serve", "HTTP load against a running server: TTFT and inter-token latency at each concurrency");
     s->add_option("--url", a.url, "the server (default http://127.0.0.1:8000)");
     s->add_option("--api-key", a.api_key, "sent as Authorization: Bearer <key>");

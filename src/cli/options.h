@@ -75,7 +75,7 @@ void register_engine_commands(CLI::App& app);  // bench throughput
 void register_engine_latency_commands(CLI::App& app);  // bench prefix, bench hol (after the above)
 void register_tokenize_commands(CLI::App& app);  // tokenize, bench tokenize (after model commands)
 void register_serve_commands(CLI::App& app);     // serve
-void register_bench_serve_command(CLI::App& app);  // bench serve (after engine commands)
+void register_bench_serve_command(CLI::App& app);  // bench serve
 
 void register_bench_attention_command(CLI::App& app);  // bench attention (CUDA builds run it)
 
