@@ -18,7 +18,7 @@ void register_bench_attention_command(CLI::App& app) {
     b->add_option("--device", device, "cuda (the CPU variant is bench/cpu_attention_bench)")
         ->check(CLI::IsMember({"cuda"}));
     b->add_option("--json-out", json_out, "write the rows as JSON");
-    b->add_flag("--quick", quick, "contexts 4096 and 32768 only");
+    b->add_flag("--quick", quick, "contexts 4096 and 32768, the fused kernel only");
     b->callback([] {
 #ifdef MVLLM_HAVE_CUDA
         cuda::AttentionBenchOptions o;

@@ -7,7 +7,7 @@ namespace mvllm::cuda {
 
 struct AttentionBenchOptions {
     std::string json_out;  // empty: table on stdout only
-    bool quick = false;    // contexts 4096 and 32768 only
+    bool quick = false;    // contexts 4096 and 32768, the fused kernel only
 };
 
 // Runs the benchmark on device 0, printing a table; 0 on success.
