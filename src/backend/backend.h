@@ -6,10 +6,12 @@
 // Activation tensors have ne = {width, n_rows}: one row per query token of the flat batch.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -79,6 +81,56 @@ public:
     virtual void gather_logit_rows(const TensorView& x, const TensorView& out) = 0;
     // Copies an F32 tensor to host memory.
     virtual void to_host(const TensorView& x, float* dst) = 0;
+
+    // ---- Fused forms: a backend overrides them where it can fuse; the defaults compose the ops
+    // above. `scratch` tensors ([n_rows][n_out] f32) serve only the defaults.
+
+    // acc += W x (the residual add folded into the matmul).
+    virtual void matmul_add(const TensorView& w, const TensorView& x, const TensorView& acc,
+                            const TensorView& scratch) {
+        matmul(w, x, TensorView{}, scratch);
+        add(acc, scratch);
+    }
+    // out = silu(W_gate x) * (W_up x).
+    virtual void matmul_swiglu(const TensorView& w_gate, const TensorView& w_up, const TensorView& x,
+                               const TensorView& out, const TensorView& gate_scratch, const TensorView& up_scratch) {
+        matmul(w_gate, x, TensorView{}, gate_scratch);
+        matmul(w_up, x, TensorView{}, up_scratch);
+        silu_mul(gate_scratch, up_scratch, out);
+    }
+    // True when the backend wants Q, K and V as one matrix (rows q, then k, then v) followed by
+    // rope_kv_store instead of three matmuls, two RoPEs and kv_store.
+    virtual bool fuses_qkv() const { return false; }
+    // From qkv [n_rows][q_dim + 2 kv_dim] f32: q = RoPE(q part) into q [n_rows][q_dim] f32, and
+    // RoPE(k part), v part written into the cache slots of the batch. Only when fuses_qkv().
+    virtual void rope_kv_store(const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads, const RopeParams& rope,
+                               const TensorView& q, KvCache& cache, int32_t layer) {
+        (void)qkv, (void)n_heads, (void)n_kv_heads, (void)rope, (void)q, (void)cache, (void)layer;
+        MVLLM_CHECK(false) << name() << " does not fuse QKV";
+    }
+
+    // ---- Recorded steps. A forward pass may be recorded once and replayed (a CUDA graph):
+    // `program` identifies the caller's op sequence and weights (never reused for another one).
+    // Returns true when the backend replays a recorded pass: the caller then makes the same
+    // alloc() calls but issues no ops before end_step(). The default records nothing.
+    virtual bool begin_step(const Batch& batch, uint64_t program, KvCache& cache) {
+        (void)program, (void)cache;
+        begin(batch);
+        return false;
+    }
+    // Ends the pass begun by begin_step (a recording backend runs it here).
+    virtual void end_step() {}
+
+    // Greedy sampling: dst[r] = the first index of the maximum of row r of an F32 tensor.
+    virtual void argmax_rows(const TensorView& x, int32_t* dst) {
+        std::vector<float> host(static_cast<size_t>(x.n_elements()));
+        to_host(x, host.data());
+        const int64_t width = x.ne[0];
+        for (int64_t r = 0; r < x.n_rows(); ++r) {
+            const float* row = host.data() + r * width;
+            dst[r] = static_cast<int32_t>(std::max_element(row, row + width) - row);
+        }
+    }
 };
 
 }  // namespace mvllm

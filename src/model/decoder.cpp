@@ -1,10 +1,57 @@
 #include "model/decoder.h"
 
+#include <atomic>
 #include <cmath>
+#include <cstring>
 
 #include "core/progress.h"
 
 namespace mvllm {
+namespace {
+
+// Rows of wq, wk, wv stacked into one host matrix, and their biases (zeros where absent).
+bool can_fuse_qkv(const LayerWeights& w) {
+    return w.wq.type == w.wk.type && w.wq.type == w.wv.type && w.wq.ne[0] == w.wk.ne[0] &&
+           w.wq.ne[0] == w.wv.ne[0] && w.wq.data && w.wk.data && w.wv.data;
+}
+
+TensorView stack_rows(const std::vector<const TensorView*>& parts, std::vector<uint8_t>* bytes) {
+    TensorView out = *parts[0];
+    out.ne[1] = 0;
+    size_t total = 0;
+    for (const TensorView* p : parts) {
+        out.ne[1] += p->ne[1];
+        total += p->n_bytes();
+    }
+    bytes->resize(total);
+    size_t off = 0;
+    for (const TensorView* p : parts) {
+        std::memcpy(bytes->data() + off, p->data, p->n_bytes());
+        off += p->n_bytes();
+    }
+    out.data = bytes->data();
+    return out;
+}
+
+TensorView stack_bias(const LayerWeights& w, std::vector<uint8_t>* bytes) {
+    const int64_t n = w.wq.ne[1] + w.wk.ne[1] + w.wv.ne[1];
+    bytes->assign(static_cast<size_t>(n) * sizeof(float), 0);
+    auto* dst = reinterpret_cast<float*>(bytes->data());
+    int64_t off = 0;
+    for (const auto& [bias, rows] : {std::pair{&w.bq, w.wq.ne[1]}, {&w.bk, w.wk.ne[1]}, {&w.bv, w.wv.ne[1]}}) {
+        if (bias->data) std::memcpy(dst + off, bias->data, static_cast<size_t>(rows) * sizeof(float));
+        off += rows;
+    }
+    TensorView out;
+    out.type = DType::F32;
+    out.ne = {n, 1, 1, 1};
+    out.data = bytes->data();
+    return out;
+}
+
+std::atomic<uint64_t> g_next_program{1};
+
+}  // namespace
 
 Result<std::unique_ptr<Decoder>> Decoder::create(const Model& model, Backend& backend,
                                                  const DecoderOptions& options) {
@@ -12,7 +59,27 @@ Result<std::unique_ptr<Decoder>> Decoder::create(const Model& model, Backend& ba
         return make_error("activation dtype ", type_name(options.activation_dtype),
                           " is not supported (f32, f16)");
     std::unique_ptr<Decoder> d(new Decoder(model.config, backend, options));
+    d->program_id_ = g_next_program.fetch_add(1);
     ModelWeights host = model.weights;
+    // Fused QKV: stacked on the host and uploaded once; the separate matrices are not uploaded.
+    bool fuse = backend.fuses_qkv();
+    for (const LayerWeights& w : host.layers) fuse = fuse && can_fuse_qkv(w);
+    if (fuse) {
+        for (LayerWeights& w : host.layers) {
+            const bool has_bias = w.bq.data || w.bk.data || w.bv.data;
+            d->fused_host_.emplace_back();
+            TensorView wqkv = stack_rows({&w.wq, &w.wk, &w.wv}, &d->fused_host_.back());
+            MVLLM_ASSIGN_OR_RETURN(wqkv, backend.upload_weight(wqkv));
+            d->wqkv_.push_back(wqkv);
+            TensorView bqkv;
+            if (has_bias) {
+                d->fused_host_.emplace_back();
+                MVLLM_ASSIGN_OR_RETURN(bqkv, backend.upload_weight(stack_bias(w, &d->fused_host_.back())));
+            }
+            d->bqkv_.push_back(bqkv);
+            for (TensorView* t : {&w.wq, &w.wk, &w.wv, &w.bq, &w.bk, &w.bv}) t->data = nullptr;
+        }
+    }
     const std::vector<WeightSlot> slots = weight_slots(d->config_, &host);
     ProgressBar progress("loading " + model.path, static_cast<int64_t>(slots.size()));
     for (const WeightSlot& slot : slots) {
@@ -62,67 +129,87 @@ Status Decoder::validate(const Batch& b, const KvCache& cache) const {
 Status Decoder::forward(const Batch& batch, KvCache& cache, std::vector<float>* logits) {
     MVLLM_TRY(validate(batch, cache));
     try {
-        return run(batch, cache, logits);
+        const TensorView out = run(batch, cache);
+        logits->resize(static_cast<size_t>(out.n_elements()));
+        if (out.ne[1] > 0) backend_.to_host(out, logits->data());
     } catch (const DeviceOutOfMemory& e) {
         return make_error(e.what());
     }
+    return Status::ok();
 }
 
-Status Decoder::run(const Batch& batch, KvCache& cache, std::vector<float>* logits) {
+Status Decoder::forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens) {
+    MVLLM_TRY(validate(batch, cache));
+    try {
+        const TensorView out = run(batch, cache);
+        tokens->resize(static_cast<size_t>(out.ne[1]));
+        if (out.ne[1] > 0) backend_.argmax_rows(out, tokens->data());
+    } catch (const DeviceOutOfMemory& e) {
+        return make_error(e.what());
+    }
+    return Status::ok();
+}
+
+TensorView Decoder::run(const Batch& batch, KvCache& cache) {
     const ModelConfig& c = config_;
     const DType act = options_.activation_dtype;
     const int64_t n = batch.n_tokens();
     const int64_t n_logits = static_cast<int64_t>(batch.logit_rows.size());
+    const bool fused_qkv = !wqkv_.empty();
     Backend& be = backend_;
-    be.begin(batch);
+    // A replayed step: the same allocations, no ops (the backend runs its recording at end_step).
+    const bool replay = be.begin_step(batch, program_id_, cache);
 
     // Activations, one row per query token: [n][width].
     TensorView x = be.alloc(DType::F32, c.n_embd, n);      // the residual stream
     TensorView xn = be.alloc(act, c.n_embd, n);            // normed input of a matmul
     TensorView q = be.alloc(DType::F32, c.q_dim(), n);
-    TensorView k = be.alloc(DType::F32, c.kv_dim(), n);
-    TensorView v = be.alloc(DType::F32, c.kv_dim(), n);
+    TensorView k = fused_qkv ? TensorView{} : be.alloc(DType::F32, c.kv_dim(), n);
+    TensorView v = fused_qkv ? TensorView{} : be.alloc(DType::F32, c.kv_dim(), n);
+    TensorView qkv = fused_qkv ? be.alloc(DType::F32, c.q_dim() + 2 * c.kv_dim(), n) : TensorView{};
     TensorView attn = be.alloc(act, c.q_dim(), n);
-    TensorView proj = be.alloc(DType::F32, c.n_embd, n);   // O and down projections
+    TensorView proj = be.alloc(DType::F32, c.n_embd, n);   // O and down projections (unfused backends)
     TensorView gate = be.alloc(DType::F32, c.n_ff, n);
     TensorView up = be.alloc(DType::F32, c.n_ff, n);
     TensorView hidden = be.alloc(act, c.n_ff, n);
+    TensorView last = be.alloc(DType::F32, c.n_embd, n_logits);
+    TensorView last_norm = be.alloc(act, c.n_embd, n_logits);
+    TensorView out = be.alloc(DType::F32, c.n_vocab, n_logits);
     const TensorView none;
     const RopeParams rope{inv_freq_.data(), c.head_dim};
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
-    be.embed(weights_.token_embd, x);
-    for (int32_t l = 0; l < c.n_layers; ++l) {
-        const LayerWeights& w = weights_.layers[l];
-        be.rms_norm(x, w.attn_norm, c.rms_norm_eps, xn);
-        be.matmul(w.wq, xn, w.bq, q);
-        be.matmul(w.wk, xn, w.bk, k);
-        be.matmul(w.wv, xn, w.bv, v);
-        be.rope(q, c.n_heads, rope);
-        be.rope(k, c.n_kv_heads, rope);
-        be.kv_store(cache, l, k, v);
-        be.attention(cache, l, q, attn, c.n_heads, scale);
-        be.matmul(w.wo, attn, none, proj);
-        be.add(x, proj);
+    if (!replay) {
+        be.embed(weights_.token_embd, x);
+        for (int32_t l = 0; l < c.n_layers; ++l) {
+            const LayerWeights& w = weights_.layers[l];
+            be.rms_norm(x, w.attn_norm, c.rms_norm_eps, xn);
+            if (fused_qkv) {
+                be.matmul(wqkv_[l], xn, bqkv_[l], qkv);
+                be.rope_kv_store(qkv, c.n_heads, c.n_kv_heads, rope, q, cache, l);
+            } else {
+                be.matmul(w.wq, xn, w.bq, q);
+                be.matmul(w.wk, xn, w.bk, k);
+                be.matmul(w.wv, xn, w.bv, v);
+                be.rope(q, c.n_heads, rope);
+                be.rope(k, c.n_kv_heads, rope);
+                be.kv_store(cache, l, k, v);
+            }
+            be.attention(cache, l, q, attn, c.n_heads, scale);
+            be.matmul_add(w.wo, attn, x, proj);
 
-        be.rms_norm(x, w.ffn_norm, c.rms_norm_eps, xn);
-        be.matmul(w.w_gate, xn, none, gate);
-        be.matmul(w.w_up, xn, none, up);
-        be.silu_mul(gate, up, hidden);
-        be.matmul(w.w_down, hidden, none, proj);
-        be.add(x, proj);
+            be.rms_norm(x, w.ffn_norm, c.rms_norm_eps, xn);
+            be.matmul_swiglu(w.w_gate, w.w_up, xn, hidden, gate, up);
+            be.matmul_add(w.w_down, hidden, x, proj);
+        }
+        if (n_logits > 0) {
+            be.gather_logit_rows(x, last);
+            be.rms_norm(last, weights_.output_norm, c.rms_norm_eps, last_norm);
+            be.matmul(weights_.output, last_norm, none, out);
+        }
     }
-    logits->clear();
-    if (n_logits == 0) return Status::ok();
-    TensorView last = be.alloc(DType::F32, c.n_embd, n_logits);
-    TensorView last_norm = be.alloc(act, c.n_embd, n_logits);
-    TensorView out = be.alloc(DType::F32, c.n_vocab, n_logits);
-    be.gather_logit_rows(x, last);
-    be.rms_norm(last, weights_.output_norm, c.rms_norm_eps, last_norm);
-    be.matmul(weights_.output, last_norm, none, out);
-    logits->resize(static_cast<size_t>(n_logits) * c.n_vocab);
-    be.to_host(out, logits->data());
-    return Status::ok();
+    be.end_step();
+    return out;
 }
 
 }  // namespace mvllm

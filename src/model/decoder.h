@@ -2,6 +2,10 @@
 // layer RMSNorm -> Q/K/V (+bias) -> RoPE -> KV write -> attention -> O + residual -> RMSNorm ->
 // gate/up -> SwiGLU -> down + residual, then the final norm and the LM head on the rows that
 // need logits. It runs one flat batch over a paged KV cache it does not own (decision 1).
+// On a backend that fuses (CUDA) the same sequence is issued in fewer, fused ops: Q/K/V as one
+// matrix followed by rope_kv_store, the residual adds folded into the O and down matmuls, gate/up
+// and SwiGLU in one; and every pass is offered to the backend for recording (begin_step), so a
+// decode step can replay as one CUDA graph.
 #pragma once
 
 #include <memory>
@@ -32,18 +36,29 @@ public:
     // Errors (never aborts) on a batch that does not fit the cache or the vocabulary, or whose
     // activations do not fit the device's memory.
     Status forward(const Batch& batch, KvCache& cache, std::vector<float>* logits);
+    // Runs the batch and returns the greedy token (argmax, first index on ties) of each logit row,
+    // computed on the backend (no logits copied to the host).
+    Status forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens);
 
 private:
     Decoder(const ModelConfig& config, Backend& backend, const DecoderOptions& options)
         : config_(config), backend_(backend), options_(options) {}
     Status validate(const Batch& batch, const KvCache& cache) const;
-    Status run(const Batch& batch, KvCache& cache, std::vector<float>* logits);  // forward's body
+    // Issues the pass (or lets the backend replay it); returns the logits [n_logit_rows][n_vocab]
+    // f32 on the backend (ne[1] == 0 when the batch wants none). A backend out of device memory
+    // throws DeviceOutOfMemory; forward and forward_greedy turn it into an error Status.
+    TensorView run(const Batch& batch, KvCache& cache);
 
     ModelConfig config_;
     Backend& backend_;
     DecoderOptions options_;
     ModelWeights weights_;        // backend-resident views
     std::vector<float> inv_freq_; // [head_dim / 2]
+    // Per layer, when the backend fuses QKV: {n_embd, q_dim + 2 kv_dim} rows q, k, v and the
+    // matching bias {q_dim + 2 kv_dim} f32 (data null when the model has none).
+    std::vector<TensorView> wqkv_, bqkv_;
+    std::vector<std::vector<uint8_t>> fused_host_;  // host bytes of the fused tensors
+    uint64_t program_id_ = 0;                       // this decoder's id for recorded steps
 };
 
 }  // namespace mvllm

@@ -48,6 +48,19 @@ Status SequenceRunner::step(int32_t token, std::vector<float>* logits) {
     return run({token}, false, logits);
 }
 
+Status SequenceRunner::step_greedy(int32_t token, int32_t* next) {
+    const int32_t block_size = cache_.config().block_size;
+    MVLLM_TRY(allocator_.grow(&block_table_, n_cached_ + 1, block_size));
+    Batch batch;
+    batch.block_size = block_size;
+    batch.add_sequence({token}, static_cast<int32_t>(n_cached_), block_table_, true);
+    std::vector<int32_t> tokens;
+    MVLLM_TRY(decoder_.forward_greedy(batch, cache_, &tokens));
+    *next = tokens.at(0);
+    n_cached_ += 1;
+    return Status::ok();
+}
+
 Status SequenceRunner::greedy(const std::vector<int32_t>& prompt, int n, std::vector<int32_t>* out,
                               GenerationTimings* timings, const std::function<void(int32_t)>& on_token) {
     using clock = std::chrono::steady_clock;
@@ -57,11 +70,11 @@ Status SequenceRunner::greedy(const std::vector<int32_t>& prompt, int n, std::ve
     auto t0 = clock::now();
     MVLLM_TRY(prefill(prompt, &logits));
     auto t1 = clock::now();
+    int32_t next = n > 0 ? argmax(logits.data(), n_vocab) : 0;
     for (int i = 0; i < n; ++i) {
-        const int32_t next = argmax(logits.data(), n_vocab);
         out->push_back(next);
         if (on_token) on_token(next);
-        if (i + 1 < n) MVLLM_TRY(step(next, &logits));
+        if (i + 1 < n) MVLLM_TRY(step_greedy(next, &next));
     }
     auto t2 = clock::now();
     if (timings) {

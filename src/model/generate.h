@@ -28,6 +28,8 @@ public:
     Status prefill(const std::vector<int32_t>& prompt, std::vector<float>* logits, bool all_logits = false);
     // Appends one token and returns the logits of its position.
     Status step(int32_t token, std::vector<float>* logits);
+    // Appends one token and returns the greedy next token (argmax on the backend).
+    Status step_greedy(int32_t token, int32_t* next);
     int64_t n_cached() const { return n_cached_; }
 
     // Greedy continuation of `prompt` by n tokens. on_token (optional) sees each new token.

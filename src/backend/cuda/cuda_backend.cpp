@@ -1,37 +1,28 @@
 #include "backend/cuda/cuda_backend.h"
 
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
-
+#include <cstdlib>
 #include <cstring>
 
-#include "backend/cuda/attention.cuh"
-#include "backend/cuda/device_batch.h"
-#include "backend/cuda/matmul.cuh"
+#include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/ops.cuh"
+#include "backend/cuda/weight_layout.h"
 
 namespace mvllm {
 namespace {
 
-#define MVLLM_CUDA_OK(expr)                                                                  \
-    do {                                                                                     \
-        const cudaError_t mvllm_err_ = (expr);                                               \
-        MVLLM_CHECK(mvllm_err_ == cudaSuccess) << #expr << ": " << cudaGetErrorString(mvllm_err_); \
-    } while (0)
-
 double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
-std::string memory_report() {
+size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+}  // namespace
+
+std::string cuda_memory_report() {
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     char buf[96];
     std::snprintf(buf, sizeof(buf), "%.1f MiB free of %.1f MiB", mib(free_b), mib(total_b));
     return buf;
 }
-
-size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-
-}  // namespace
 
 bool cuda_device_available() {
     int n = 0;
@@ -42,72 +33,72 @@ bool cuda_device_available() {
     return n > 0;
 }
 
-struct CudaBackend::Impl {
-    CudaBackendOptions options;
-    cudaStream_t stream = nullptr;
-    cublasHandle_t cublas = nullptr;
-    int32_t n_sms = 0;
-    std::string device_name;
-    std::vector<void*> weights;  // device allocations of upload_weight
-
-    // The activation arena: slot i is reused by the i-th alloc() of every forward.
-    struct Slot {
-        void* ptr = nullptr;
-        size_t bytes = 0;
-    };
-    std::vector<Slot> arena;
-    size_t arena_next = 0;
-
-    // Batch metadata: packed on the host (pinned), one copy to the device per begin().
-    uint8_t* meta_host = nullptr;
-    void* meta_device = nullptr;
-    size_t meta_capacity = 0;
-    cudaEvent_t meta_copied = nullptr;
-    cuda::DeviceBatch batch;
-    const int64_t* seq_ctx_offset = nullptr;  // [n_seqs] device
-    int64_t total_context = 0;
-
-    float* inv_freq = nullptr;  // [head_dim / 2] device copy of RopeParams::inv_freq
-    std::vector<float> inv_freq_host;
-    int32_t* argmax_out = nullptr;
-    size_t argmax_capacity = 0;
-
-    cuda::MatmulScratch matmul_scratch;
-    cuda::AttentionScratch attention_scratch;
-
-    ~Impl() {
-        if (stream) cudaStreamSynchronize(stream);
-        for (void* p : weights) cudaFree(p);
-        for (Slot& s : arena) cudaFree(s.ptr);
-        if (meta_host) cudaFreeHost(meta_host);
-        if (meta_device) cudaFree(meta_device);
-        if (meta_copied) cudaEventDestroy(meta_copied);
-        if (inv_freq) cudaFree(inv_freq);
-        if (argmax_out) cudaFree(argmax_out);
-        if (cublas) cublasDestroy(cublas);
-        if (stream) cudaStreamDestroy(stream);
+CudaBackend::Impl::~Impl() {
+    if (stream) cudaStreamSynchronize(stream);
+    for (auto& [key, g] : graphs) {
+        if (g.exec) cudaGraphExecDestroy(g.exec);
+        if (g.meta_device) cudaFree(g.meta_device);
     }
+    for (void* p : weights) cudaFree(p);
+    for (Slot& s : arena) cudaFree(s.ptr);
+    if (meta_host) cudaFreeHost(meta_host);
+    if (meta_device) cudaFree(meta_device);
+    if (meta_copied) cudaEventDestroy(meta_copied);
+    if (inv_freq) cudaFree(inv_freq);
+    if (argmax_out) cudaFree(argmax_out);
+    if (argmax_keys) cudaFree(argmax_keys);
+    if (cublas) cublasDestroy(cublas);
+    if (stream) cudaStreamDestroy(stream);
+}
 
-    void ensure_meta(size_t bytes) {
-        if (bytes <= meta_capacity) return;
-        MVLLM_CUDA_OK(cudaStreamSynchronize(stream));
-        if (meta_host) cudaFreeHost(meta_host);
-        if (meta_device) cudaFree(meta_device);
-        meta_host = nullptr;
+void CudaBackend::Impl::ensure_meta(size_t bytes) {
+    if (bytes <= meta_capacity) return;
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));
+    if (meta_host) cudaFreeHost(meta_host);
+    if (meta_device) cudaFree(meta_device);
+    meta_host = nullptr;
+    meta_device = nullptr;
+    meta_capacity = 0;
+    const size_t cap = align_up(bytes * 2, 4096);
+    MVLLM_CUDA_OK(cudaMallocHost(reinterpret_cast<void**>(&meta_host), cap));
+    if (cudaMalloc(&meta_device, cap) != cudaSuccess) {
+        cudaGetLastError();
         meta_device = nullptr;
-        meta_capacity = 0;
-        const size_t cap = align_up(bytes * 2, 4096);
-        MVLLM_CUDA_OK(cudaMallocHost(reinterpret_cast<void**>(&meta_host), cap));
-        if (cudaMalloc(&meta_device, cap) != cudaSuccess) {
-            cudaGetLastError();
-            meta_device = nullptr;
-            throw DeviceOutOfMemory(
-                make_error("out of GPU memory: batch metadata of ", mib(cap), " MiB did not fit (", memory_report(), ")")
-                    .message());
-        }
-        meta_capacity = cap;
+        throw DeviceOutOfMemory(make_error("out of GPU memory: batch metadata of ", mib(cap), " MiB did not fit (",
+                                           cuda_memory_report(), ")")
+                                    .message());
     }
-};
+    meta_capacity = cap;
+}
+
+void CudaBackend::Impl::set_inv_freq(const RopeParams& rope) {
+    const size_t half = static_cast<size_t>(rope.head_dim / 2);
+    if (inv_freq_host.size() == half && std::memcmp(inv_freq_host.data(), rope.inv_freq, half * sizeof(float)) == 0)
+        return;
+    MVLLM_CHECK(mode != StepMode::Capture) << "RoPE frequencies changed inside a recorded step";
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));
+    if (inv_freq) cudaFree(inv_freq);
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&inv_freq), half * sizeof(float)));
+    MVLLM_CUDA_OK(cudaMemcpy(inv_freq, rope.inv_freq, half * sizeof(float), cudaMemcpyHostToDevice));
+    inv_freq_host.assign(rope.inv_freq, rope.inv_freq + half);
+}
+
+const cuda::QxView* CudaBackend::Impl::qx_for(const TensorView& w, const TensorView& x, cuda::QxView* storage) {
+    const int64_t n_in = x.ne[0], n_rows = x.ne[1];
+    if (!cuda::gemv_uses_qx(w.type) ||
+        cuda::choose_matmul_path(w.type, n_rows, options.batch_invariant) != cuda::MatmulPath::Gemv || n_rows == 0)
+        return nullptr;
+    if (qx_source == x.data && qx_n_in == n_in && qx_rows == n_rows) {
+        *storage = cuda::qx_view(matmul_scratch.qx, n_in, n_rows);
+        return storage;
+    }
+    *storage = cuda::ensure_qx(matmul_scratch, n_in, n_rows);
+    cuda::launch_quantize_qx(x, *storage, stream);
+    qx_source = x.data;
+    qx_n_in = n_in;
+    qx_rows = n_rows;
+    return storage;
+}
 
 CudaBackend::CudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaBackend::~CudaBackend() = default;
@@ -124,6 +115,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
         return make_error("CUDA device ", options.device, " does not exist (", n, " devices)");
     auto impl = std::make_unique<Impl>();
     impl->options = options;
+    const char* env = std::getenv("MVLLM_CUDA_GRAPHS");
+    impl->graphs_enabled = options.graphs && !(env && std::string(env) == "0");
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
     cudaDeviceProp prop{};
     MVLLM_CUDA_OK(cudaGetDeviceProperties(&prop, options.device));
@@ -158,10 +151,16 @@ Result<TensorView> CudaBackend::upload_weight(const TensorView& host) {
     if (err != cudaSuccess) {
         cudaGetLastError();
         return make_error("out of GPU memory: weight ", shape_string(host.ne), " ", type_name(host.type), " (",
-                          mib(bytes), " MiB) did not fit; ", memory_report());
+                          mib(bytes), " MiB) did not fit; ", cuda_memory_report());
     }
     impl_->weights.push_back(ptr);
-    MVLLM_CUDA_OK(cudaMemcpy(ptr, host.data, bytes, cudaMemcpyHostToDevice));
+    if (cuda::split_layout(host.type).split) {
+        std::vector<uint8_t> split(bytes);
+        cuda::split_rows(host.type, static_cast<const uint8_t*>(host.data), split.data(), host.ne[0], host.n_rows());
+        MVLLM_CUDA_OK(cudaMemcpy(ptr, split.data(), bytes, cudaMemcpyHostToDevice));
+    } else {
+        MVLLM_CUDA_OK(cudaMemcpy(ptr, host.data, bytes, cudaMemcpyHostToDevice));
+    }
     TensorView dev = host;
     dev.data = ptr;
     return dev;
@@ -187,68 +186,10 @@ Result<std::unique_ptr<KvCache>> CudaBackend::create_kv_cache(const KvCacheConfi
     if (err != cudaSuccess) {
         cudaGetLastError();
         return make_error("out of GPU memory: KV cache of ", config.n_blocks, " blocks (", mib(bytes),
-                          " MiB) did not fit; ", memory_report());
+                          " MiB) did not fit; ", cuda_memory_report());
     }
     MVLLM_CUDA_OK(cudaMemset(ptr, 0, bytes));
     return KvCache::wrap(config, ptr, [](void* p) { cudaFree(p); }, /*on_device=*/true);
-}
-
-void CudaBackend::begin(const Batch& b) {
-    Impl& im = *impl_;
-    MVLLM_CUDA_OK(cudaEventSynchronize(im.meta_copied));  // the pinned buffer is free again
-    const size_t n = b.token_ids.size(), n_seqs = b.seqs.size(), n_bt = b.block_tables.size(),
-                 n_logits = b.logit_rows.size();
-    // Packed layout: int64 arrays first (8-byte aligned), then int32 arrays.
-    const size_t bytes = (n + n_seqs) * 8 + (3 * n + n_bt + 4 * n_seqs + n_logits) * 4 + 64;
-    im.ensure_meta(bytes);
-    uint8_t* h = im.meta_host;
-    auto* d = static_cast<uint8_t*>(im.meta_device);
-    size_t off = 0;
-    auto put = [&](const void* src, size_t count, size_t elem) -> const void* {
-        std::memcpy(h + off, src, count * elem);
-        const void* dev = d + off;
-        off += align_up(count * elem, 8);
-        return dev;
-    };
-    std::vector<int32_t> row_seq(n), sb(n_seqs), st(n_seqs), sn(n_seqs), sc(n_seqs);
-    std::vector<int64_t> ctx_off(n_seqs);
-    int32_t max_ctx = 0, max_tokens = 0;
-    int64_t total = 0;
-    for (size_t s = 0; s < n_seqs; ++s) {
-        const BatchSequence& q = b.seqs[s];
-        for (int32_t i = 0; i < q.n_tokens; ++i) row_seq[q.token_begin + i] = static_cast<int32_t>(s);
-        sb[s] = q.block_table_begin;
-        st[s] = q.token_begin;
-        sn[s] = q.n_tokens;
-        sc[s] = q.context_len;
-        ctx_off[s] = total;
-        total += q.context_len;
-        max_ctx = std::max(max_ctx, q.context_len);
-        max_tokens = std::max(max_tokens, q.n_tokens);
-    }
-    cuda::DeviceBatch& db = im.batch;
-    db.n_tokens = static_cast<int32_t>(n);
-    db.n_seqs = static_cast<int32_t>(n_seqs);
-    db.n_logit_rows = static_cast<int32_t>(n_logits);
-    db.block_size = b.block_size;
-    db.max_context = max_ctx;
-    db.max_seq_tokens = max_tokens;
-    db.slot_mapping = static_cast<const int64_t*>(put(b.slot_mapping.data(), n, 8));
-    im.seq_ctx_offset = static_cast<const int64_t*>(put(ctx_off.data(), n_seqs, 8));
-    db.token_ids = static_cast<const int32_t*>(put(b.token_ids.data(), n, 4));
-    db.positions = static_cast<const int32_t*>(put(b.positions.data(), n, 4));
-    db.row_seq = static_cast<const int32_t*>(put(row_seq.data(), n, 4));
-    db.block_tables = static_cast<const int32_t*>(put(b.block_tables.data(), n_bt, 4));
-    db.seq_block_begin = static_cast<const int32_t*>(put(sb.data(), n_seqs, 4));
-    db.seq_token_begin = static_cast<const int32_t*>(put(st.data(), n_seqs, 4));
-    db.seq_n_tokens = static_cast<const int32_t*>(put(sn.data(), n_seqs, 4));
-    db.seq_context_len = static_cast<const int32_t*>(put(sc.data(), n_seqs, 4));
-    db.logit_rows = static_cast<const int32_t*>(put(b.logit_rows.data(), n_logits, 4));
-    MVLLM_CHECK(off <= im.meta_capacity) << "batch metadata packing";
-    im.total_context = total;
-    MVLLM_CUDA_OK(cudaMemcpyAsync(im.meta_device, im.meta_host, off, cudaMemcpyHostToDevice, im.stream));
-    MVLLM_CUDA_OK(cudaEventRecord(im.meta_copied, im.stream));
-    im.arena_next = 0;
 }
 
 TensorView CudaBackend::alloc(DType type, int64_t width, int64_t n_rows) {
@@ -260,6 +201,8 @@ TensorView CudaBackend::alloc(DType type, int64_t width, int64_t n_rows) {
     Impl::Slot& slot = im.arena[im.arena_next++];
     const size_t need = align_up(std::max<size_t>(t.n_bytes(), 1), 256);
     if (slot.bytes < need) {
+        MVLLM_CHECK(im.mode == StepMode::Eager) << "activation arena grew inside a recorded step";
+        ++im.arena_generation;                             // recorded steps point at the old slot
         MVLLM_CUDA_OK(cudaStreamSynchronize(im.stream));  // kernels may still use the old slot
         if (slot.ptr) MVLLM_CUDA_OK(cudaFree(slot.ptr));
         slot.ptr = nullptr;
@@ -269,7 +212,7 @@ TensorView CudaBackend::alloc(DType type, int64_t width, int64_t n_rows) {
             slot.ptr = nullptr;
             throw DeviceOutOfMemory(make_error("out of GPU memory: activation ", shape_string(t.ne), " ",
                                                type_name(type), " (", mib(need), " MiB) did not fit; ",
-                                               memory_report())
+                                               cuda_memory_report())
                                         .message());
         }
         slot.bytes = need;
@@ -279,29 +222,62 @@ TensorView CudaBackend::alloc(DType type, int64_t width, int64_t n_rows) {
 }
 
 void CudaBackend::embed(const TensorView& table, const TensorView& out) {
+    impl_->wrote(out);
     cuda::launch_embed(table, impl_->batch.token_ids, out, impl_->stream);
 }
 
 void CudaBackend::rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) {
-    cuda::launch_rms_norm(x, weight, eps, out, impl_->stream);
+    Impl& im = *impl_;
+    im.wrote(out);
+    const int64_t width = x.ne[0], n_rows = x.ne[1];
+    // Small batches: the norm also writes the QX its consumer GEMVs read (one kernel, not two).
+    if (n_rows > 0 && n_rows <= cuda::kGemvMaxTokens && width % 32 == 0 &&
+        (x.type == DType::F32 || x.type == DType::F16)) {
+        const cuda::QxView qx = cuda::ensure_qx(im.matmul_scratch, width, n_rows);
+        cuda::launch_rms_norm_qx(x, weight, eps, out, qx, im.stream);
+        im.qx_source = out.data;
+        im.qx_n_in = width;
+        im.qx_rows = n_rows;
+        return;
+    }
+    cuda::launch_rms_norm(x, weight, eps, out, im.stream);
 }
 
 void CudaBackend::matmul(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out) {
-    cuda::launch_matmul(w, x, bias, out, impl_->matmul_scratch, impl_->cublas, impl_->stream,
-                        impl_->options.batch_invariant);
+    Impl& im = *impl_;
+    im.wrote(out);
+    cuda::QxView storage;
+    const cuda::QxView* qx = im.qx_for(w, x, &storage);
+    cuda::launch_matmul(w, x, bias, out, cuda::GemvEpilogue::Store, qx, im.matmul_scratch, im.cublas, im.stream,
+                        im.options.batch_invariant);
+}
+
+void CudaBackend::matmul_add(const TensorView& w, const TensorView& x, const TensorView& acc, const TensorView&) {
+    Impl& im = *impl_;
+    im.wrote(acc);
+    cuda::QxView storage;
+    const cuda::QxView* qx = im.qx_for(w, x, &storage);
+    cuda::launch_matmul(w, x, TensorView{}, acc, cuda::GemvEpilogue::Accumulate, qx, im.matmul_scratch, im.cublas,
+                        im.stream, im.options.batch_invariant);
+}
+
+void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up, const TensorView& x,
+                                const TensorView& out, const TensorView& gate_scratch, const TensorView& up_scratch) {
+    Impl& im = *impl_;
+    cuda::QxView storage;
+    const cuda::QxView* qx = w_gate.type == w_up.type ? im.qx_for(w_gate, x, &storage) : nullptr;
+    if (!qx) {
+        Backend::matmul_swiglu(w_gate, w_up, x, out, gate_scratch, up_scratch);
+        return;
+    }
+    im.wrote(out);
+    cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream);
 }
 
 void CudaBackend::rope(const TensorView& x, int32_t n_heads, const RopeParams& rope) {
     Impl& im = *impl_;
-    const size_t half = static_cast<size_t>(rope.head_dim / 2);
-    if (im.inv_freq_host.size() != half ||
-        std::memcmp(im.inv_freq_host.data(), rope.inv_freq, half * sizeof(float)) != 0) {
-        MVLLM_CUDA_OK(cudaStreamSynchronize(im.stream));
-        if (im.inv_freq) cudaFree(im.inv_freq);
-        MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&im.inv_freq), half * sizeof(float)));
-        MVLLM_CUDA_OK(cudaMemcpy(im.inv_freq, rope.inv_freq, half * sizeof(float), cudaMemcpyHostToDevice));
-        im.inv_freq_host.assign(rope.inv_freq, rope.inv_freq + half);
-    }
+    im.wrote(x);
+    im.set_inv_freq(rope);
     cuda::launch_rope(x, n_heads, rope.head_dim, im.batch.positions, im.inv_freq, im.stream);
 }
 
@@ -324,6 +300,16 @@ void CudaBackend::kv_store(KvCache& cache, int32_t layer, const TensorView& k, c
     cuda::launch_kv_store(impl_->batch, device_layer(cache, layer), k, v, impl_->stream);
 }
 
+void CudaBackend::rope_kv_store(const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads, const RopeParams& rope,
+                                const TensorView& q, KvCache& cache, int32_t layer) {
+    Impl& im = *impl_;
+    im.wrote(q);
+    im.set_inv_freq(rope);
+    const cuda::DeviceKvLayer kv = device_layer(cache, layer);
+    MVLLM_CHECK(kv.n_kv_heads == n_kv_heads && kv.head_dim == rope.head_dim) << "rope_kv_store geometry";
+    cuda::launch_rope_kv_store(im.batch, kv, qkv, n_heads, im.inv_freq, q, im.stream);
+}
+
 void CudaBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, const TensorView& out,
                             int32_t n_heads, float scale) {
     Impl& im = *impl_;
@@ -331,17 +317,23 @@ void CudaBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, 
                                         : im.options.attention == CudaAttentionVariant::Grouped
                                             ? cuda::CudaAttention::Grouped
                                             : cuda::CudaAttention::Fused;
+    im.wrote(out);
     cuda::launch_attention(variant, im.batch, im.seq_ctx_offset, im.total_context, device_layer(cache, layer), q, out,
                            n_heads, scale, im.attention_scratch, im.n_sms, im.stream, im.options.batch_invariant);
 }
 
 void CudaBackend::silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out) {
+    impl_->wrote(out);
     cuda::launch_silu_mul(gate, up, out, impl_->stream);
 }
 
-void CudaBackend::add(const TensorView& acc, const TensorView& x) { cuda::launch_add(acc, x, impl_->stream); }
+void CudaBackend::add(const TensorView& acc, const TensorView& x) {
+    impl_->wrote(acc);
+    cuda::launch_add(acc, x, impl_->stream);
+}
 
 void CudaBackend::gather_logit_rows(const TensorView& x, const TensorView& out) {
+    impl_->wrote(out);
     cuda::launch_gather_rows(x, impl_->batch.logit_rows, out, impl_->stream);
 }
 
@@ -356,6 +348,7 @@ void CudaBackend::download(const TensorView& x, void* dst) {
 }
 
 void CudaBackend::upload(const void* src, const TensorView& x) {
+    impl_->wrote(x);
     MVLLM_CUDA_OK(cudaStreamSynchronize(impl_->stream));
     MVLLM_CUDA_OK(cudaMemcpy(x.data, src, x.n_bytes(), cudaMemcpyHostToDevice));
 }
@@ -375,10 +368,12 @@ void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst) {
     if (im.argmax_capacity < rows) {
         MVLLM_CUDA_OK(cudaStreamSynchronize(im.stream));
         if (im.argmax_out) cudaFree(im.argmax_out);
+        if (im.argmax_keys) cudaFree(im.argmax_keys);
         MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&im.argmax_out), rows * sizeof(int32_t)));
+        MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&im.argmax_keys), rows * sizeof(unsigned long long)));
         im.argmax_capacity = rows;
     }
-    cuda::launch_argmax(x, im.argmax_out, im.stream);
+    cuda::launch_argmax(x, im.argmax_keys, im.argmax_out, im.stream);
     MVLLM_CUDA_OK(cudaMemcpyAsync(dst, im.argmax_out, rows * sizeof(int32_t), cudaMemcpyDeviceToHost, im.stream));
     MVLLM_CUDA_OK(cudaStreamSynchronize(im.stream));
 }

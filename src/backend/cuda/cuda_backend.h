@@ -20,6 +20,9 @@ struct CudaBackendOptions {
     // --batch-invariant: the GEMV for every batch size instead of cuBLAS beyond 8 rows, and the
     // fused attention split at fixed positions (cuda/matmul.cuh, cuda/attention.cuh).
     bool batch_invariant = false;
+    // Record decode steps as CUDA graphs (begin_step). The environment variable
+    // MVLLM_CUDA_GRAPHS=0 turns them off too (for A/B timings).
+    bool graphs = true;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).
@@ -54,9 +57,27 @@ public:
     void gather_logit_rows(const TensorView& x, const TensorView& out) override;
     void to_host(const TensorView& x, float* dst) override;
 
+    // Fused forms (backend.h): the residual add in the GEMV epilogue, gate/up + SwiGLU in one
+    // GEMV, QKV as one matrix + one RoPE / KV-write kernel.
+    void matmul_add(const TensorView& w, const TensorView& x, const TensorView& acc, const TensorView& scratch) override;
+    void matmul_swiglu(const TensorView& w_gate, const TensorView& w_up, const TensorView& x, const TensorView& out,
+                       const TensorView& gate_scratch, const TensorView& up_scratch) override;
+    bool fuses_qkv() const override { return true; }
+    void rope_kv_store(const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads, const RopeParams& rope,
+                       const TensorView& q, KvCache& cache, int32_t layer) override;
+
+    // Decode steps (every sequence one token, up to kGemvMaxTokens sequences, fused attention)
+    // are recorded as one CUDA graph per (program, cache, batch size, context bucket) on their
+    // second occurrence and replayed after: the step's inputs go to fixed device buffers by one
+    // copy, then one graph launch (graph_step.cpp).
+    bool begin_step(const Batch& batch, uint64_t program, KvCache& cache) override;
+    void end_step() override;
+    // Recorded graphs so far (tests, benchmarks).
+    int32_t n_graphs() const;
+
     // Greedy sampling on the device: the argmax of each row of an F32 device tensor
     // (e.g. the logits), copied to dst[x.ne[1]].
-    void argmax_rows(const TensorView& x, int32_t* dst);
+    void argmax_rows(const TensorView& x, int32_t* dst) override;
     // Raw byte copies between a device tensor and host memory (tests, tools). Synchronous.
     void download(const TensorView& x, void* dst);
     void upload(const void* src, const TensorView& x);

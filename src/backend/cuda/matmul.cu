@@ -2,75 +2,21 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/ops.cuh"
 
 namespace mvllm::cuda {
 namespace {
 
-constexpr int kGemvWarps = 4;  // output rows per CTA
+constexpr int kGemvWarps = 4;  // output rows per CTA of the fallback float GEMV
 
-// 32 consecutive activations (16-byte aligned) dotted with w[32].
-__device__ __forceinline__ float dot32(const float (&w)[kChunk], const float* x) {
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kChunk / 4; ++i) {
-        const float4 v = x4[i];
-        s += w[4 * i] * v.x + w[4 * i + 1] * v.y + w[4 * i + 2] * v.z + w[4 * i + 3] * v.w;
-    }
-    return s;
-}
-__device__ __forceinline__ float dot32(const float (&w)[kChunk], const __half* x) {
-    const uint4* x4 = reinterpret_cast<const uint4*>(x);
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kChunk / 8; ++i) {
-        const uint4 v = x4[i];
-        const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[j]));
-            s += w[8 * i + 2 * j] * f.x + w[8 * i + 2 * j + 1] * f.y;
-        }
-    }
-    return s;
-}
-
-// Reads: W rows (quantised), x [n_tokens][n_in], bias [n_out] (optional).
-// Writes: out [n_tokens][n_out] f32.
-// Launch: grid ceil(n_out / 4), 128 threads; one warp per output row, lanes stride the row's
-// 32-value chunks (dequantised once into registers, dotted with all NT <= 8 token columns).
-template <DType T, typename XT, int NT>
-__global__ void __launch_bounds__(128) gemv_quant_kernel(const uint8_t* w, size_t row_bytes, const XT* x,
-                                                         const float* bias, float* out, int64_t n_in,
-                                                         int64_t n_out, int n_tokens) {
-    const int lane = threadIdx.x & 31;
-    const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
-    if (row >= n_out) return;
-    const uint8_t* wr = w + row * row_bytes;
-    float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-    const int64_t n_chunks = n_in / kChunk;
-    for (int64_t c = lane; c < n_chunks; c += 32) {
-        float wv[kChunk];
-        dequant_chunk<T>(wr, c, wv);
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-            if (t < n_tokens) acc[t] += dot32(wv, x + t * n_in + c * kChunk);
-    }
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        const float s = warp_sum(acc[t]);
-        if (lane == 0 && t < n_tokens) out[t * n_out + row] = s + (bias ? bias[row] : 0.0f);
-    }
-}
-
-// As gemv_quant_kernel for F32 / F16 / BF16 weights: lanes stride the row's elements
-// (coalesced). Launch: grid ceil(n_out / 4), 128 threads.
+// The fallback GEMV for F32 / F16 / BF16 rows whose length is not a multiple of 8 (gemv.cuh
+// needs 16-byte pieces): one warp per output row, lanes stride the row's elements.
+// Launch: grid ceil(n_out / 4), 128 threads.
 template <typename WT, typename XT, int NT>
-__global__ void __launch_bounds__(128) gemv_float_kernel(const WT* w, const XT* x, const float* bias, float* out,
-                                                         int64_t n_in, int64_t n_out, int n_tokens) {
+__global__ void __launch_bounds__(128) gemv_float_scalar_kernel(const WT* w, const XT* x, const float* bias,
+                                                                float* out, int64_t n_in, int64_t n_out,
+                                                                int n_tokens, int accumulate) {
     const int lane = threadIdx.x & 31;
     const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
     if (row >= n_out) return;
@@ -86,53 +32,40 @@ __global__ void __launch_bounds__(128) gemv_float_kernel(const WT* w, const XT* 
     }
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
-        const float s = warp_sum(acc[t]);
-        if (lane == 0 && t < n_tokens) out[t * n_out + row] = s + (bias ? bias[row] : 0.0f);
+        const float s = warp_sum(acc[t]) + (bias ? bias[row] : 0.0f);
+        if (lane == 0 && t < n_tokens) out[t * n_out + row] = accumulate ? out[t * n_out + row] + s : s;
     }
 }
 
 // Reads: W (quantised). Writes: out [n_out][n_in] (f16 or f32). One thread per 32-value chunk,
 // grid-stride over all chunks of the matrix.
 template <DType T, typename OT>
-__global__ void dequantize_kernel(const uint8_t* w, size_t row_bytes, OT* out, int64_t n_in, int64_t n_rows) {
+__global__ void dequantize_kernel(QuantMatrix w, OT* out, int64_t n_in, int64_t n_rows) {
     const int64_t chunks_per_row = n_in / kChunk;
     const int64_t total = chunks_per_row * n_rows;
     for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < total;
          g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t row = g / chunks_per_row, c = g % chunks_per_row;
         float v[kChunk];
-        dequant_chunk<T>(w + row * row_bytes, c, v);
+        dequant_chunk<T>(w, row, c, v);
         OT* o = out + row * n_in + c * kChunk;
 #pragma unroll
         for (int i = 0; i < kChunk; ++i) store_f(o, i, v[i]);
     }
 }
 
-template <typename XT, int NT>
-void gemv_dispatch_weight(const TensorView& w, const XT* x, const float* bias, float* out, int64_t n_in,
-                          int64_t n_out, int n_tokens, cudaStream_t stream) {
+template <typename XT>
+void gemv_float_scalar(const TensorView& w, const XT* x, const float* bias, float* out, int n_tokens, int accumulate,
+                       cudaStream_t stream) {
+    const int64_t n_in = w.ne[0], n_out = w.ne[1];
     const unsigned grid = static_cast<unsigned>(ceil_div(n_out, kGemvWarps));
-    const auto* wq = static_cast<const uint8_t*>(w.data);
-    const size_t rb = w.row_bytes();
+    MVLLM_CHECK(n_tokens <= 8) << "fallback GEMV columns";
     switch (w.type) {
-        case DType::F32: gemv_float_kernel<float, XT, NT><<<grid, 128, 0, stream>>>(static_cast<const float*>(w.data), x, bias, out, n_in, n_out, n_tokens); break;
-        case DType::F16: gemv_float_kernel<__half, XT, NT><<<grid, 128, 0, stream>>>(static_cast<const __half*>(w.data), x, bias, out, n_in, n_out, n_tokens); break;
-        case DType::BF16: gemv_float_kernel<__nv_bfloat16, XT, NT><<<grid, 128, 0, stream>>>(static_cast<const __nv_bfloat16*>(w.data), x, bias, out, n_in, n_out, n_tokens); break;
-        case DType::Q8_0: gemv_quant_kernel<DType::Q8_0, XT, NT><<<grid, 128, 0, stream>>>(wq, rb, x, bias, out, n_in, n_out, n_tokens); break;
-        case DType::Q4_0: gemv_quant_kernel<DType::Q4_0, XT, NT><<<grid, 128, 0, stream>>>(wq, rb, x, bias, out, n_in, n_out, n_tokens); break;
-        case DType::Q4_K: gemv_quant_kernel<DType::Q4_K, XT, NT><<<grid, 128, 0, stream>>>(wq, rb, x, bias, out, n_in, n_out, n_tokens); break;
-        case DType::Q6_K: gemv_quant_kernel<DType::Q6_K, XT, NT><<<grid, 128, 0, stream>>>(wq, rb, x, bias, out, n_in, n_out, n_tokens); break;
+        case DType::F32: gemv_float_scalar_kernel<float, XT, 8><<<grid, 128, 0, stream>>>(static_cast<const float*>(w.data), x, bias, out, n_in, n_out, n_tokens, accumulate); break;
+        case DType::F16: gemv_float_scalar_kernel<__half, XT, 8><<<grid, 128, 0, stream>>>(static_cast<const __half*>(w.data), x, bias, out, n_in, n_out, n_tokens, accumulate); break;
+        case DType::BF16: gemv_float_scalar_kernel<__nv_bfloat16, XT, 8><<<grid, 128, 0, stream>>>(static_cast<const __nv_bfloat16*>(w.data), x, bias, out, n_in, n_out, n_tokens, accumulate); break;
         default: MVLLM_CHECK(false) << "matmul: weight type " << type_name(w.type);
     }
-}
-
-template <typename XT>
-void gemv_dispatch_columns(const TensorView& w, const XT* x, const float* bias, float* out, int64_t n_in,
-                           int64_t n_out, int n_tokens, cudaStream_t stream) {
-    if (n_tokens <= 1) gemv_dispatch_weight<XT, 1>(w, x, bias, out, n_in, n_out, n_tokens, stream);
-    else if (n_tokens <= 2) gemv_dispatch_weight<XT, 2>(w, x, bias, out, n_in, n_out, n_tokens, stream);
-    else if (n_tokens <= 4) gemv_dispatch_weight<XT, 4>(w, x, bias, out, n_in, n_out, n_tokens, stream);
-    else gemv_dispatch_weight<XT, 8>(w, x, bias, out, n_in, n_out, n_tokens, stream);
 }
 
 void ensure(void** ptr, size_t* have, size_t need) {
@@ -179,6 +112,7 @@ const char* matmul_path_name(MatmulPath path) {
 MatmulScratch::~MatmulScratch() {
     if (weight) cudaFree(weight);
     if (input) cudaFree(input);
+    if (qx) cudaFree(qx);
 }
 
 void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t stream) {
@@ -191,13 +125,13 @@ void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t 
     const int64_t n_in = w.ne[0], n_rows = w.n_rows();
     const int64_t chunks = n_in / kChunk * n_rows;
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(ceil_div(chunks, 256), 8192));
-    const auto* wq = static_cast<const uint8_t*>(w.data);
-    const size_t rb = w.row_bytes();
 #define MVLLM_DEQ(T)                                                                                      \
     if (out.type == DType::F16)                                                                           \
-        dequantize_kernel<T, __half><<<grid, 256, 0, stream>>>(wq, rb, static_cast<__half*>(out.data), n_in, n_rows); \
+        dequantize_kernel<T, __half><<<grid, 256, 0, stream>>>(quant_matrix<T>(w.data, n_in, n_rows),     \
+                                                              static_cast<__half*>(out.data), n_in, n_rows); \
     else                                                                                                  \
-        dequantize_kernel<T, float><<<grid, 256, 0, stream>>>(wq, rb, static_cast<float*>(out.data), n_in, n_rows);
+        dequantize_kernel<T, float><<<grid, 256, 0, stream>>>(quant_matrix<T>(w.data, n_in, n_rows),      \
+                                                             static_cast<float*>(out.data), n_in, n_rows);
     switch (w.type) {
         case DType::Q8_0: MVLLM_DEQ(DType::Q8_0) break;
         case DType::Q4_0: MVLLM_DEQ(DType::Q4_0) break;
@@ -209,8 +143,14 @@ void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t 
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
+QxView ensure_qx(MatmulScratch& scratch, int64_t n_in, int64_t n_rows) {
+    ensure(&scratch.qx, &scratch.qx_bytes, qx_bytes(n_in, n_rows));
+    return qx_view(scratch.qx, n_in, n_rows);
+}
+
 void launch_matmul(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,
-                   MatmulScratch& scratch, cublasHandle_t cublas, cudaStream_t stream, bool batch_invariant) {
+                   GemvEpilogue epilogue, const QxView* qx, MatmulScratch& scratch, cublasHandle_t cublas,
+                   cudaStream_t stream, bool batch_invariant) {
     const int64_t n_in = w.ne[0], n_out = w.ne[1], n_tokens = x.ne[1];
     MVLLM_CHECK(x.ne[0] == n_in && out.ne[0] == n_out && out.ne[1] == n_tokens && out.type == DType::F32)
         << "matmul shapes: w " << shape_string(w.ne) << " x " << shape_string(x.ne) << " out " << shape_string(out.ne);
@@ -218,23 +158,40 @@ void launch_matmul(const TensorView& w, const TensorView& x, const TensorView& b
     if (n_tokens == 0) return;
     const float* bias_p = bias.data ? static_cast<const float*>(bias.data) : nullptr;
     MVLLM_CHECK(!bias.data || bias.type == DType::F32) << "bias type";
+    const bool accumulate = epilogue == GemvEpilogue::Accumulate;
     float* o = static_cast<float*>(out.data);
     const MatmulPath path = choose_matmul_path(w.type, n_tokens, batch_invariant);
     if (path == MatmulPath::Gemv) {
-        if (!is_float_type(w.type)) MVLLM_CHECK(n_in % kChunk == 0) << "quantised row of " << n_in;
-        for (int64_t t0 = 0; t0 < n_tokens; t0 += kGemvMaxTokens) {  // one slice unless batch-invariant
-            const int nt = static_cast<int>(std::min<int64_t>(kGemvMaxTokens, n_tokens - t0));
-            if (x.type == DType::F32)
-                gemv_dispatch_columns(w, static_cast<const float*>(x.data) + t0 * n_in, bias_p, o + t0 * n_out, n_in,
-                                      n_out, nt, stream);
-            else
-                gemv_dispatch_columns(w, static_cast<const __half*>(x.data) + t0 * n_in, bias_p, o + t0 * n_out, n_in,
-                                      n_out, nt, stream);
+        // Any row count (batch-invariant mode): the GEMV launchers run slices of kGemvMaxColumns.
+        if (gemv_uses_qx(w.type)) {
+            MVLLM_CHECK(n_in % kChunk == 0) << "quantised row of " << n_in;
+            QxView q;
+            if (qx) {
+                MVLLM_CHECK(qx->n_in == n_in && qx->n_rows == n_tokens) << "matmul: prepared QX shape";
+                q = *qx;
+            } else {
+                q = ensure_qx(scratch, n_in, n_tokens);
+                launch_quantize_qx(x, q, stream);
+            }
+            launch_gemv_qx(w, q, bias, out, epilogue, stream);
+        } else if (n_in % 8 == 0) {
+            launch_gemv_float(w, x, bias, out, epilogue, stream);
+        } else {
+            for (int64_t t0 = 0; t0 < n_tokens; t0 += kGemvMaxTokens) {
+                const int nt = static_cast<int>(std::min<int64_t>(kGemvMaxTokens, n_tokens - t0));
+                if (x.type == DType::F32)
+                    gemv_float_scalar(w, static_cast<const float*>(x.data) + t0 * n_in, bias_p, o + t0 * n_out, nt,
+                                      accumulate, stream);
+                else
+                    gemv_float_scalar(w, static_cast<const __half*>(x.data) + t0 * n_in, bias_p, o + t0 * n_out, nt,
+                                      accumulate, stream);
+            }
         }
         MVLLM_CUDA_LAUNCH_CHECK();
         return;
     }
     // GEMM: column-major view, C[n_out x n_tokens] = W^T(op) [n_out x n_in] * X [n_in x n_tokens].
+    // Accumulate: beta = 1 adds the product to out; a bias is added by a separate kernel.
     const DType op_type = path == MatmulPath::GemmF16 ? DType::F16 : DType::F32;
     const cudaDataType_t cuda_type = op_type == DType::F16 ? CUDA_R_16F : CUDA_R_32F;
     const size_t elem = op_type == DType::F16 ? 2 : 4;
@@ -256,7 +213,7 @@ void launch_matmul(const TensorView& w, const TensorView& x, const TensorView& b
         launch_convert(x, xd, stream);
         xp = scratch.input;
     }
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     const cublasStatus_t st =
         cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out), static_cast<int>(n_tokens),
                      static_cast<int>(n_in), &alpha, wp, cuda_type, static_cast<int>(n_in), xp, cuda_type,

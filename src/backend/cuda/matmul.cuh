@@ -2,21 +2,23 @@
 //
 //   out[n_tokens][n_out] f32 = x[n_tokens][n_in] (F32 or F16) . W[n_out][n_in]^T (+ bias[n_out])
 //
-// W: F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K. The path is a short predicate chain
-// (choose_matmul_path): up to kGemvMaxTokens rows a GEMV that dequantises in registers and keeps
-// every token column in registers (each weight read once); beyond that the weight is dequantised
-// into a scratch matrix and cuBLAS runs the GEMM (F16 operands with F32 accumulation for F16 and
-// quantised weights; F32 throughout for F32 and BF16 weights, so F32 models stay exact).
+// W: F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K (device layout: weight_layout.h). The path is a
+// short predicate chain (choose_matmul_path): up to kGemvMaxTokens rows the GEMV of gemv.cuh
+// (each weight read once, 16-byte loads, dp4a on the QX activation for quantised weights); beyond
+// that the weight is dequantised into a scratch matrix and cuBLAS runs the GEMM (F16 operands with
+// F32 accumulation for F16 and quantised weights; F32 throughout for F32 and BF16 weights, so F32
+// models stay exact). The epilogue may add the product to out (the residual add).
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "backend/cuda/gemv.cuh"
 #include "core/tensor.h"
 
 namespace mvllm::cuda {
 
-constexpr int64_t kGemvMaxTokens = 8;
+constexpr int64_t kGemvMaxTokens = kGemvMaxColumns;
 
 enum class MatmulPath { Gemv, GemmF16, GemmF32 };
 // batch_invariant: the GEMV for every n_tokens (in slices of kGemvMaxTokens columns), whose
@@ -31,14 +33,21 @@ struct MatmulScratch {
     size_t weight_bytes = 0;
     void* input = nullptr;   // [n_tokens][n_in] f16 or f32: x in the GEMM's operand type
     size_t input_bytes = 0;
+    void* qx = nullptr;      // QX of the GEMV input (gemv.cuh)
+    size_t qx_bytes = 0;
     ~MatmulScratch();
 };
 
 // Weight types the CUDA matmul and embedding kernels support.
 bool cuda_weight_type_supported(DType type);
 
+// qx: x already quantised (e.g. by launch_rms_norm_qx), or nullptr (quantised here if needed).
 void launch_matmul(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,
-                   MatmulScratch& scratch, cublasHandle_t cublas, cudaStream_t stream, bool batch_invariant = false);
+                   GemvEpilogue epilogue, const QxView* qx, MatmulScratch& scratch, cublasHandle_t cublas,
+                   cudaStream_t stream, bool batch_invariant = false);
+
+// The scratch QX buffer for n_rows x n_in (grown on demand; growth synchronises the device).
+QxView ensure_qx(MatmulScratch& scratch, int64_t n_in, int64_t n_rows);
 
 // Dequantises a whole weight matrix (any supported type) to F16 or F32 rows (out: same ne).
 void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t stream);

@@ -11,13 +11,12 @@ bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == 
 // Reads: table rows ids[row] (quantised, one 32-value chunk per thread). Writes: out row.
 // Launch: grid (ceil(chunks / 128), n_rows), 128 threads.
 template <DType T>
-__global__ void embed_quant_kernel(const uint8_t* table, size_t row_bytes, const int32_t* ids,
-                                   void* out, DType out_type, int64_t width) {
+__global__ void embed_quant_kernel(QuantMatrix table, const int32_t* ids, void* out, DType out_type, int64_t width) {
     const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (c * kChunk >= width) return;
     const int64_t row = blockIdx.y;
     float w[kChunk];
-    dequant_chunk<T>(table + static_cast<size_t>(ids[row]) * row_bytes, c, w);
+    dequant_chunk<T>(table, ids[row], c, w);
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) store_any(out, out_type, row * width + c * kChunk + i, w[i]);
 }
@@ -112,32 +111,78 @@ __global__ void convert_kernel(const void* src, DType st, void* dst, DType dt, i
         store_any(dst, dt, i, load_any(src, st, i));
 }
 
-// out[row] = first index of the row's maximum. One CTA (512 threads) per row.
-__global__ void argmax_kernel(const float* x, int64_t width, int32_t* out) {
-    __shared__ float best_v[512];
-    __shared__ int32_t best_i[512];
-    const float* r = x + blockIdx.x * width;
-    float bv = -INFINITY;
-    int32_t bi = 0x7fffffff;
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-        const float v = r[i];
-        if (v > bv) { bv = v; bi = static_cast<int32_t>(i); }  // i increases: first max kept
-    }
-    best_v[threadIdx.x] = bv;
-    best_i[threadIdx.x] = bi;
+// A float's order as an unsigned key (larger float -> larger key), packed above the complement
+// of its index so that one 64-bit atomicMax keeps the maximum and, on ties, the first index.
+__device__ __forceinline__ unsigned long long argmax_key(float v, uint32_t i) {
+    const uint32_t b = __float_as_uint(v);
+    const uint32_t k = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return (static_cast<unsigned long long>(k) << 32) | (0xFFFFFFFFu - i);
+}
+
+// Reads row blockIdx.y of x, elements [blockIdx.x * 4096, +4096); merges its (max, first index)
+// into keys[row] (zeroed before). Grid (ceil(width / 4096), n_rows), 256 threads.
+__global__ void argmax_partial_kernel(const float* x, int64_t width, unsigned long long* keys) {
+    __shared__ unsigned long long best[8];
+    const float* r = x + blockIdx.y * width;
+    const int64_t begin = static_cast<int64_t>(blockIdx.x) * 4096;
+    const int64_t end = min(begin + 4096, width);
+    unsigned long long k = 0;
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) k = max(k, argmax_key(r[i], static_cast<uint32_t>(i)));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) k = max(k, __shfl_xor_sync(0xffffffffu, k, o));
+    if ((threadIdx.x & 31) == 0) best[threadIdx.x >> 5] = k;
     __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            const float ov = best_v[threadIdx.x + s];
-            const int32_t oi = best_i[threadIdx.x + s];
-            if (ov > best_v[threadIdx.x] || (ov == best_v[threadIdx.x] && oi < best_i[threadIdx.x])) {
-                best_v[threadIdx.x] = ov;
-                best_i[threadIdx.x] = oi;
-            }
-        }
-        __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < 8; ++w) k = max(k, best[w]);
+        k = max(k, best[0]);
+        atomicMax(keys + blockIdx.y, k);
     }
-    if (threadIdx.x == 0) out[blockIdx.x] = best_i[0] == 0x7fffffff ? 0 : best_i[0];
+}
+
+// out[row] = the index packed in keys[row]. One thread per row.
+__global__ void argmax_finish_kernel(const unsigned long long* keys, int32_t* out, int64_t n_rows) {
+    const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (r < n_rows) out[r] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(keys[r] & 0xFFFFFFFFu));
+}
+
+// Reads qkv row blockIdx.x ([q_dim | kv_dim | kv_dim] f32). Writes q (rotated) and the row's
+// cache slot: K (rotated) and V. Rotation as rope_kernel (half-split pairs, angle in double).
+// Grid n_tokens, 128 threads: pair index i = threadIdx.x % half over the heads.
+__global__ void rope_kv_store_kernel(const float* qkv, float* q, const int32_t* positions, const float* inv_freq,
+                                     const int64_t* slot_mapping, int32_t n_heads, int32_t n_kv_heads,
+                                     int32_t head_dim, void* kc, void* vc, DType cache_type, int32_t block_size) {
+    const int32_t half = head_dim / 2;
+    const int32_t q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
+    const int64_t row = blockIdx.x;
+    const float* src = qkv + row * (q_dim + 2 * kv_dim);
+    const int64_t slot = slot_mapping[row];
+    const int64_t block = slot / block_size, offset = slot % block_size;
+    // One (head, pair) per thread step: q heads first, then k heads.
+    for (int32_t idx = threadIdx.x; idx < (n_heads + n_kv_heads) * half; idx += blockDim.x) {
+        const int32_t h = idx / half, i = idx % half;
+        const double angle = static_cast<double>(positions[row]) * inv_freq[i];
+        double sn_d, cs_d;
+        sincos(angle, &sn_d, &cs_d);
+        const float cs = static_cast<float>(cs_d), sn = static_cast<float>(sn_d);
+        const float* v = src + static_cast<int64_t>(h) * head_dim;
+        const float x0 = v[i], x1 = v[i + half];
+        const float r0 = x0 * cs - x1 * sn, r1 = x1 * cs + x0 * sn;
+        if (h < n_heads) {
+            float* dst = q + row * q_dim + static_cast<int64_t>(h) * head_dim;
+            dst[i] = r0;
+            dst[i + half] = r1;
+        } else {
+            const int32_t kh = h - n_heads;
+            const int64_t base = ((block * n_kv_heads + kh) * block_size + offset) * head_dim;
+            store_any(kc, cache_type, base + i, r0);
+            store_any(kc, cache_type, base + i + half, r1);
+        }
+    }
+    for (int32_t idx = threadIdx.x; idx < kv_dim; idx += blockDim.x) {
+        const int32_t kh = idx / head_dim, d = idx % head_dim;
+        const int64_t base = ((block * n_kv_heads + kh) * block_size + offset) * head_dim;
+        store_any(vc, cache_type, base + d, src[q_dim + kv_dim + idx]);
+    }
 }
 
 // Reads k, v rows of token blockIdx.y; writes them to the token's cache slot.
@@ -184,15 +229,18 @@ void launch_embed(const TensorView& table, const int32_t* ids, const TensorView&
         embed_float_kernel<<<grid, 256, 0, stream>>>(table.data, table.type, ids, out.data, out.type, width);
     } else {
         const dim3 grid(static_cast<unsigned>(ceil_div(width / kChunk, 128)), static_cast<unsigned>(n_rows));
-        const auto* t = static_cast<const uint8_t*>(table.data);
-        const size_t rb = table.row_bytes();
+        const int64_t n_vocab = table.n_rows();
+#define MVLLM_EMBED(T)                                                                                   \
+    embed_quant_kernel<T><<<grid, 128, 0, stream>>>(quant_matrix<T>(table.data, width, n_vocab), ids, out.data, \
+                                                    out.type, width)
         switch (table.type) {
-            case DType::Q8_0: embed_quant_kernel<DType::Q8_0><<<grid, 128, 0, stream>>>(t, rb, ids, out.data, out.type, width); break;
-            case DType::Q4_0: embed_quant_kernel<DType::Q4_0><<<grid, 128, 0, stream>>>(t, rb, ids, out.data, out.type, width); break;
-            case DType::Q4_K: embed_quant_kernel<DType::Q4_K><<<grid, 128, 0, stream>>>(t, rb, ids, out.data, out.type, width); break;
-            case DType::Q6_K: embed_quant_kernel<DType::Q6_K><<<grid, 128, 0, stream>>>(t, rb, ids, out.data, out.type, width); break;
+            case DType::Q8_0: MVLLM_EMBED(DType::Q8_0); break;
+            case DType::Q4_0: MVLLM_EMBED(DType::Q4_0); break;
+            case DType::Q4_K: MVLLM_EMBED(DType::Q4_K); break;
+            case DType::Q6_K: MVLLM_EMBED(DType::Q6_K); break;
             default: MVLLM_CHECK(false) << "embed: table type " << type_name(table.type);
         }
+#undef MVLLM_EMBED
     }
     MVLLM_CUDA_LAUNCH_CHECK();
 }
@@ -263,10 +311,29 @@ void launch_convert(const TensorView& src, const TensorView& dst, cudaStream_t s
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
-void launch_argmax(const TensorView& x, int32_t* out, cudaStream_t stream) {
+void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, cudaStream_t stream) {
     MVLLM_CHECK(x.type == DType::F32) << "argmax input " << type_name(x.type);
-    if (x.ne[1] == 0) return;
-    argmax_kernel<<<static_cast<unsigned>(x.ne[1]), 512, 0, stream>>>(static_cast<const float*>(x.data), x.ne[0], out);
+    const int64_t n_rows = x.ne[1];
+    if (n_rows == 0) return;
+    MVLLM_CUDA_CHECK(cudaMemsetAsync(keys, 0, static_cast<size_t>(n_rows) * sizeof(unsigned long long), stream));
+    const dim3 grid(static_cast<unsigned>(ceil_div(x.ne[0], 4096)), static_cast<unsigned>(n_rows));
+    argmax_partial_kernel<<<grid, 256, 0, stream>>>(static_cast<const float*>(x.data), x.ne[0], keys);
+    MVLLM_CUDA_LAUNCH_CHECK();
+    argmax_finish_kernel<<<static_cast<unsigned>(ceil_div(n_rows, 128)), 128, 0, stream>>>(keys, out, n_rows);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& qkv, int32_t n_heads,
+                          const float* inv_freq, const TensorView& q, cudaStream_t stream) {
+    const int64_t q_dim = static_cast<int64_t>(n_heads) * kv.head_dim, kv_dim = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
+    MVLLM_CHECK(qkv.type == DType::F32 && q.type == DType::F32 && qkv.ne[0] == q_dim + 2 * kv_dim && q.ne[0] == q_dim &&
+                qkv.ne[1] == batch.n_tokens)
+        << "rope_kv_store shapes";
+    if (batch.n_tokens == 0) return;
+    rope_kv_store_kernel<<<static_cast<unsigned>(batch.n_tokens), 128, 0, stream>>>(
+        static_cast<const float*>(qkv.data), static_cast<float*>(q.data), batch.positions, inv_freq,
+        batch.slot_mapping, n_heads, kv.n_kv_heads, kv.head_dim, kv.k, kv.v, static_cast<DType>(kv.dtype),
+        kv.block_size);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

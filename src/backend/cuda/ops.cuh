@@ -28,8 +28,13 @@ void launch_add_bias(const TensorView& x, const TensorView& bias, cudaStream_t s
 void launch_gather_rows(const TensorView& x, const int32_t* rows, const TensorView& out, cudaStream_t stream);
 // Element-wise type conversion between F32 / F16 / BF16 tensors of equal shape.
 void launch_convert(const TensorView& src, const TensorView& dst, cudaStream_t stream);
-// out[r] = argmax of row r of x (F32; first index wins ties).
-void launch_argmax(const TensorView& x, int32_t* out, cudaStream_t stream);
+// out[r] = argmax of row r of x (F32; first index wins ties). keys: [n_rows] device scratch.
+// Many CTAs per row merge (value, index) keys with one 64-bit atomicMax each.
+void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, cudaStream_t stream);
+// From qkv [n_tokens][q_dim | kv_dim | kv_dim] f32: q = RoPE(q part) (q: [n_tokens][q_dim] f32);
+// RoPE(k part) and the v part written to the tokens' cache slots. inv_freq [head_dim / 2] f32.
+void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& qkv, int32_t n_heads,
+                          const float* inv_freq, const TensorView& q, cudaStream_t stream);
 // Writes K and V rows ([n_tokens][n_kv_heads * head_dim], F32/F16/BF16) into the cache slots.
 void launch_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& k,
                      const TensorView& v, cudaStream_t stream);

@@ -1,0 +1,106 @@
+// The state behind CudaBackend (shared by cuda_backend.cpp, the ops, and graph_step.cpp, the
+// batch metadata and the recorded decode steps). Internal to the CUDA backend.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_batch.h"
+#include "backend/cuda/matmul.cuh"
+
+namespace mvllm {
+
+#define MVLLM_CUDA_OK(expr)                                                                  \
+    do {                                                                                     \
+        const cudaError_t mvllm_err_ = (expr);                                               \
+        MVLLM_CHECK(mvllm_err_ == cudaSuccess) << #expr << ": " << cudaGetErrorString(mvllm_err_); \
+    } while (0)
+
+std::string cuda_memory_report();
+
+// A recorded decode step: its graph and the fixed device buffer its kernels read the step's
+// inputs from.
+struct StepGraph {
+    cudaGraphExec_t exec = nullptr;
+    void* meta_device = nullptr;  // the batch metadata at a fixed layout (graph_step.cpp)
+    cuda::DeviceBatch batch;      // pointers into meta_device; host figures of the recording
+    const int64_t* seq_ctx_offset = nullptr;
+    int64_t total_context = 0;
+    // What the recorded kernels point at besides weights and the cache: a replay is valid only
+    // while these are unchanged (scratch buffers grow by reallocation).
+    std::tuple<uint64_t, const void*, const void*, const void*> resources;
+};
+
+// (program, cache storage, block size, batch size, context bucket).
+using StepKey = std::tuple<uint64_t, const void*, int32_t, int32_t, int32_t>;
+
+enum class StepMode { Eager, Capture, Replay };
+
+struct CudaBackend::Impl {
+    CudaBackendOptions options;
+    cudaStream_t stream = nullptr;
+    cublasHandle_t cublas = nullptr;
+    int32_t n_sms = 0;
+    std::string device_name;
+    std::vector<void*> weights;  // device allocations of upload_weight
+
+    // The activation arena: slot i is reused by the i-th alloc() of every forward.
+    struct Slot {
+        void* ptr = nullptr;
+        size_t bytes = 0;
+    };
+    std::vector<Slot> arena;
+    size_t arena_next = 0;
+    uint64_t arena_generation = 0;  // bumped whenever a slot is reallocated
+
+    // Batch metadata: packed on the host (pinned), one copy to the device per step.
+    uint8_t* meta_host = nullptr;
+    void* meta_device = nullptr;
+    size_t meta_capacity = 0;
+    cudaEvent_t meta_copied = nullptr;
+    cuda::DeviceBatch batch;
+    const int64_t* seq_ctx_offset = nullptr;  // [n_seqs] device
+    int64_t total_context = 0;
+
+    float* inv_freq = nullptr;  // [head_dim / 2] device copy of RopeParams::inv_freq
+    std::vector<float> inv_freq_host;
+    int32_t* argmax_out = nullptr;
+    unsigned long long* argmax_keys = nullptr;
+    size_t argmax_capacity = 0;
+
+    cuda::MatmulScratch matmul_scratch;
+    cuda::AttentionScratch attention_scratch;
+    // The activation whose QX (gemv.cuh) matmul_scratch.qx holds, or nullptr.
+    const void* qx_source = nullptr;
+    int64_t qx_n_in = 0, qx_rows = 0;
+
+    // Recorded decode steps.
+    bool graphs_enabled = true;
+    StepMode mode = StepMode::Eager;
+    StepKey step_key;
+    std::map<StepKey, StepGraph> graphs;
+    std::map<StepKey, int> seen;
+
+    ~Impl();
+    void ensure_meta(size_t bytes);
+    void set_inv_freq(const RopeParams& rope);
+    // Forgets a QX copy of the tensor an op is about to write.
+    void wrote(const TensorView& t) {
+        if (t.data == qx_source) qx_source = nullptr;
+    }
+    // The QX of x for a GEMV (computed unless the last producer of x left it), or nullptr when w
+    // does not take the integer GEMV for this many rows.
+    const cuda::QxView* qx_for(const TensorView& w, const TensorView& x, cuda::QxView* storage);
+    std::tuple<uint64_t, const void*, const void*, const void*> resources() const {
+        return {arena_generation, attention_scratch.partial, matmul_scratch.qx, inv_freq};
+    }
+};
+
+}  // namespace mvllm

@@ -1,0 +1,605 @@
+#include "backend/cuda/gemv.cuh"
+
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/dequant.cuh"
+
+namespace mvllm::cuda {
+namespace {
+
+constexpr int kGemvWarps = 4;  // warps per CTA; each warp owns R output rows
+
+// dp4a with the signedness of each operand spelled out (a: 4 bytes, b: 4 bytes, c: accumulator).
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
+    int d;
+    asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) {
+    int d;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+// Weights are read once: streamed past L1 with an evict-first hint for L2.
+__device__ __forceinline__ uint4 load_weight16(const uint8_t* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint4 load_x16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// One 32-value QX block of one token: hi and lo bytes (2 x 16 B each) and the meta record.
+struct XBlock {
+    uint4 h0, h1, l0, l1;
+    int4 meta;
+};
+__device__ __forceinline__ XBlock load_x_block(const QxView& x, int t, int64_t chunk) {
+    const int64_t off = t * x.n_in + chunk * 32;
+    XBlock b;
+    b.h0 = load_x16(x.hi + off);
+    b.h1 = load_x16(x.hi + off + 16);
+    b.l0 = load_x16(x.lo + off);
+    b.l1 = load_x16(x.lo + off + 16);
+    b.meta = __ldg(x.meta + t * (x.n_in / 32) + chunk);
+    return b;
+}
+
+// sum_k q[k] * X[k] over 16 unsigned weight bytes q (4 words) and 16 values of X (hi, lo words).
+__device__ __forceinline__ int dot16_u(const uint32_t (&q)[4], const uint4& h, const uint4& l) {
+    int a = 0, b = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        a = dp4a_us(q[j], word(h, j), a);
+        b = dp4a_uu(q[j], word(l, j), b);
+    }
+    return a * 256 + b;
+}
+
+// The work unit of one lane for each weight type ("item"): its weight registers, the QX values it
+// needs, and their dot product (f32, scaled).
+template <DType T> struct Item;
+
+// Q4_0: one block (32 values): 16 B of nibbles (value k low, k + 16 high) and d.
+template <>
+struct Item<DType::Q4_0> {
+    static constexpr int kValues = 32, kParts = 1;
+    using X = XBlock;
+    uint4 q;
+    float d;
+    __device__ __forceinline__ void load(const QuantMatrix& m, int64_t row, int64_t it) {
+        const int64_t i = row * m.blocks_per_row + it;
+        q = load_weight16(m.body + i * 16);
+        d = load_half_bits(m.scales + 2 * i);
+    }
+    static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int) { return load_x_block(x, t, it); }
+    __device__ __forceinline__ float dot(const X& x, int) const {
+        const uint32_t lo[4] = {q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu};
+        const uint32_t hi[4] = {(q.x >> 4) & 0x0F0F0F0Fu, (q.y >> 4) & 0x0F0F0F0Fu, (q.z >> 4) & 0x0F0F0F0Fu,
+                                (q.w >> 4) & 0x0F0F0F0Fu};
+        const int s = dot16_u(lo, x.h0, x.l0) + dot16_u(hi, x.h1, x.l1) - 8 * (x.meta.y + x.meta.z);
+        return d * __int_as_float(x.meta.x) * static_cast<float>(s);
+    }
+};
+
+// Q8_0: one block (32 values): 32 signed bytes and d.
+template <>
+struct Item<DType::Q8_0> {
+    static constexpr int kValues = 32, kParts = 1;
+    using X = XBlock;
+    uint4 q0, q1;
+    float d;
+    __device__ __forceinline__ void load(const QuantMatrix& m, int64_t row, int64_t it) {
+        const int64_t i = row * m.blocks_per_row + it;
+        q0 = load_weight16(m.body + i * 32);
+        q1 = load_weight16(m.body + i * 32 + 16);
+        d = load_half_bits(m.scales + 2 * i);
+    }
+    static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int) { return load_x_block(x, t, it); }
+    __device__ __forceinline__ float dot(const X& x, int) const {
+        int a = 0, b = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            a = dp4a_ss(word(q0, j), word(x.h0, j), a);
+            a = dp4a_ss(word(q1, j), word(x.h1, j), a);
+            b = dp4a_us(word(x.l0, j), word(q0, j), b);
+            b = dp4a_us(word(x.l1, j), word(q1, j), b);
+        }
+        return d * __int_as_float(x.meta.x) * static_cast<float>(a * 256 + b);
+    }
+};
+
+// Q4_K: two sub-blocks (2g, 2g + 1) of a super-block: its 16-byte header (d, dmin, 12 bytes of
+// 6-bit scales and mins) and the 32 bytes of nibbles they share (2g low, 2g + 1 high).
+template <>
+struct Item<DType::Q4_K> {
+    static constexpr int kValues = 64, kParts = 2;  // part p: sub-block 2g + p
+    using X = XBlock;
+    uint4 head, q0, q1;
+    int g;
+    __device__ __forceinline__ void load(const QuantMatrix& m, int64_t row, int64_t it) {
+        const uint8_t* b = m.body + (row * m.blocks_per_row + (it >> 2)) * 144;
+        g = static_cast<int>(it & 3);
+        head = __ldg(reinterpret_cast<const uint4*>(b));  // shared by the super-block's 4 lanes: via L1
+        q0 = load_weight16(b + 16 + 32 * g);
+        q1 = load_weight16(b + 32 + 32 * g);
+    }
+    static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int p) {
+        return load_x_block(x, t, (it >> 2) * 8 + 2 * (it & 3) + p);
+    }
+    // Scale and min of sub-block j from the 12 packed bytes s[0..11] (head bytes 4..15).
+    __device__ __forceinline__ void scale_min(int j, int* sc, int* mn) const {
+        const uint32_t w[3] = {head.y, head.z, head.w};
+        auto byte = [&](int k) { return static_cast<int>((w[k >> 2] >> (8 * (k & 3))) & 0xFF); };
+        if (j < 4) {
+            *sc = byte(j) & 63;
+            *mn = byte(j + 4) & 63;
+        } else {
+            *sc = (byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4);
+            *mn = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+        }
+    }
+    __device__ __forceinline__ float dot(const X& x, int p) const {
+        const float d = __half2float(__ushort_as_half(static_cast<uint16_t>(head.x & 0xFFFF)));
+        const float dmin = __half2float(__ushort_as_half(static_cast<uint16_t>(head.x >> 16)));
+        int sc, mn;
+        scale_min(2 * g + p, &sc, &mn);
+        const int shift = 4 * p;  // sub-block 2g: low nibbles, 2g + 1: high nibbles
+        uint32_t a[4], b[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            a[j] = (word(q0, j) >> shift) & 0x0F0F0F0Fu;
+            b[j] = (word(q1, j) >> shift) & 0x0F0F0F0Fu;
+        }
+        const int s = dot16_u(a, x.h0, x.l0) + dot16_u(b, x.h1, x.l1);
+        const float sum = static_cast<float>(x.meta.y + x.meta.z);
+        return __int_as_float(x.meta.x) * (d * sc * static_cast<float>(s) - dmin * mn * sum);
+    }
+};
+
+// Q6_K: a quarter of a super-block: half h = (it & 3) >> 1, positions l0 .. l0 + 15 with
+// l0 = 16 (it & 1), i.e. four groups of 16 values (128 h + 32 k + l0 + i, k = 0..3), each with
+// its own int8 scale. Loads ql (2 x 16 B), qh (16 B), the 16 scales, d.
+template <>
+struct Item<DType::Q6_K> {
+    static constexpr int kValues = 64, kParts = 4;  // part k: the 16 values 128 h + 32 k + l0 + i
+    struct X {
+        uint4 h, l;
+        int sum;
+        float d;
+    };
+    uint4 ql0, ql1, qh, sc;
+    float d;
+    int h, l16;
+    __device__ __forceinline__ void load(const QuantMatrix& m, int64_t row, int64_t it) {
+        const int64_t i = row * m.blocks_per_row + (it >> 2);
+        const uint8_t* b = m.body + i * 208;
+        h = static_cast<int>((it & 3) >> 1);
+        l16 = static_cast<int>(it & 1);
+        ql0 = load_weight16(b + 64 * h + 16 * l16);
+        ql1 = load_weight16(b + 64 * h + 32 + 16 * l16);
+        qh = load_weight16(b + 128 + 32 * h + 16 * l16);
+        sc = __ldg(reinterpret_cast<const uint4*>(b + 192));  // shared by the super-block's 4 lanes
+        d = load_half_bits(m.scales + 2 * i);
+    }
+    static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int k) {
+        const int hh = static_cast<int>((it & 3) >> 1), ll = static_cast<int>(it & 1);
+        const int64_t chunk = (it >> 2) * 8 + 4 * hh + k;
+        const int64_t off = t * x.n_in + chunk * 32 + 16 * ll;
+        X v;
+        v.h = load_x16(x.hi + off);
+        v.l = load_x16(x.lo + off);
+        const int4 meta = __ldg(x.meta + t * (x.n_in / 32) + chunk);
+        v.sum = ll ? meta.z : meta.y;
+        v.d = __int_as_float(meta.x);
+        return v;
+    }
+    __device__ __forceinline__ float dot(const X& x, int k) const {
+        const uint4& ql = (k & 1) ? ql1 : ql0;
+        const int lshift = (k >> 1) * 4;
+        uint32_t q[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            q[j] = ((word(ql, j) >> lshift) & 0x0F0F0F0Fu) | (((word(qh, j) >> (2 * k)) & 0x03030303u) << 4);
+        const int s = dot16_u(q, x.h, x.l) - 32 * x.sum;
+        const int si = 8 * h + l16 + 2 * k;  // scale index: 16-value group of the super-block
+        const int8_t scale = static_cast<int8_t>((word(sc, si >> 2) >> (8 * (si & 3))) & 0xFF);
+        return d * x.d * static_cast<float>(scale) * static_cast<float>(s);
+    }
+};
+
+// Rows per warp: enough independent 16-byte loads in flight per lane without spilling.
+template <DType T, int NT, bool kPair>
+__host__ __device__ constexpr int rows_per_warp() {
+    if (kPair) return NT <= 2 ? 2 : 1;
+    if (T == DType::Q4_0) return NT <= 2 ? 4 : 2;
+    return NT <= 4 ? 2 : 1;
+}
+
+// Items per loop iteration whose loads are issued together (unrolled), within the register file.
+template <DType T, int NT, bool kPair>
+__host__ __device__ constexpr int items_unrolled() {
+    const bool k_quant = T == DType::Q4_K || T == DType::Q6_K;
+    return k_quant && (NT > 1 || kPair) ? 1 : 2;
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+
+// Reads: R rows of w (and of w2 when kPair) from row (blockIdx.x * kGemvWarps + warp) * R, the
+// n_tokens <= NT QX rows of x, bias. Writes: out [n_tokens][n_out] (F32; kPair: out_type).
+// Launch: grid ceil(n_out / (kGemvWarps * R)), kGemvWarps * 32 threads. Lane l takes items
+// l, l + 32, ... of its rows: each weight byte is loaded once and dotted with every column.
+template <DType T, int NT, bool kPair>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_qx_kernel(QuantMatrix w, QuantMatrix w2, QxView x, const float* bias, void* out, DType out_type,
+                   int64_t n_out, int n_tokens, int accumulate) {
+    using I = Item<T>;
+    constexpr int R = rows_per_warp<T, NT, kPair>();
+    constexpr int NS = kPair ? 2 : 1;
+    const int lane = threadIdx.x & 31;
+    const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * R;
+    if (row0 >= n_out) return;
+    int64_t rows[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) rows[r] = min(row0 + r, n_out - 1);
+    float acc[NS][R][NT];
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int t = 0; t < NT; ++t) acc[s][r][t] = 0.0f;
+    const int64_t n_items = x.n_in / I::kValues;
+    constexpr int kUnroll = items_unrolled<T, NT, kPair>();
+#pragma unroll kUnroll
+    for (int64_t it = lane; it < n_items; it += 32) {
+        I wv[NS][R];
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+#pragma unroll
+            for (int r = 0; r < R; ++r) wv[s][r].load(s ? w2 : w, rows[r], it);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= n_tokens) break;
+#pragma unroll
+            for (int p = 0; p < I::kParts; ++p) {
+                const typename I::X xv = I::load_x(x, t, it, p);
+#pragma unroll
+                for (int s = 0; s < NS; ++s)
+#pragma unroll
+                    for (int r = 0; r < R; ++r) acc[s][r][t] += wv[s][r].dot(xv, p);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            float v = warp_sum(acc[0][r][t]);
+            if (kPair) v = silu(v) * warp_sum(acc[NS - 1][r][t]);
+            const int64_t o = row0 + r;
+            // Every lane holds the sum: lane (r * NT + t) % 32 writes it.
+            if (lane == ((r * NT + t) & 31) && o < n_out && t < n_tokens) {
+                if (kPair) {
+                    store_any(out, out_type, t * n_out + o, v);
+                } else {
+                    float* dst = static_cast<float*>(out) + t * n_out + o;
+                    if (bias) v += bias[o];
+                    *dst = accumulate ? *dst + v : v;
+                }
+            }
+        }
+    }
+}
+
+// 16 bytes of a float weight row as f32 values (4 for F32, 8 for F16 / BF16).
+__device__ __forceinline__ void to_floats(const uint4& v, float (&f)[4]) {
+    f[0] = __uint_as_float(v.x); f[1] = __uint_as_float(v.y); f[2] = __uint_as_float(v.z); f[3] = __uint_as_float(v.w);
+}
+__device__ __forceinline__ void to_floats(const uint4& v, const __half*, float (&f)[8]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const uint32_t u = word(v, j);
+        const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&u));
+        f[2 * j] = p.x;
+        f[2 * j + 1] = p.y;
+    }
+}
+__device__ __forceinline__ void to_floats(const uint4& v, const __nv_bfloat16*, float (&f)[8]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const uint32_t u = word(v, j);
+        f[2 * j] = __uint_as_float(u << 16);
+        f[2 * j + 1] = __uint_as_float(u & 0xFFFF0000u);
+    }
+}
+
+template <typename WT> struct FloatItem {
+    static constexpr int E = 16 / sizeof(WT);
+    float f[E];
+    __device__ __forceinline__ void load(const WT* w, int64_t n_in, int64_t row, int64_t it) {
+        const uint4 v = __ldcs(reinterpret_cast<const uint4*>(w + row * n_in + it * E));
+        if constexpr (E == 4) to_floats(v, f);
+        else to_floats(v, static_cast<const WT*>(nullptr), f);
+    }
+};
+
+// E consecutive activations (F32 or F16) from a 16-byte (F32: E * 4 bytes) aligned address.
+template <int E>
+__device__ __forceinline__ void load_x_floats(const float* p, float (&f)[E]) {
+#pragma unroll
+    for (int j = 0; j < E / 4; ++j) {
+        const float4 v = __ldg(reinterpret_cast<const float4*>(p) + j);
+        f[4 * j] = v.x; f[4 * j + 1] = v.y; f[4 * j + 2] = v.z; f[4 * j + 3] = v.w;
+    }
+}
+template <int E>
+__device__ __forceinline__ void load_x_floats(const __half* p, float (&f)[E]) {
+    if constexpr (E == 8) {
+        to_floats(__ldg(reinterpret_cast<const uint4*>(p)), p, f);
+    } else {
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+        const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
+        const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
+        f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y;
+    }
+}
+
+// Reads: 2 rows of w from row (blockIdx.x * kGemvWarps + warp) * 2, x [n_tokens][n_in], bias.
+// Writes: out [n_tokens][n_out] f32. Launch: grid ceil(n_out / (kGemvWarps * 2)), 128 threads;
+// lane l takes the 16-byte pieces l, l + 32, ... of its rows (n_in % 8 == 0).
+template <typename WT, typename XT, int NT>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_float_kernel(const WT* w, const XT* x, int64_t n_in, int64_t n_out, int n_tokens, const float* bias,
+                      float* out, int accumulate) {
+    constexpr int R = 2;
+    using I = FloatItem<WT>;
+    constexpr int E = I::E;
+    const int lane = threadIdx.x & 31;
+    const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * R;
+    if (row0 >= n_out) return;
+    int64_t rows[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) rows[r] = min(row0 + r, n_out - 1);
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+    const int64_t n_items = n_in / E;
+#pragma unroll 2
+    for (int64_t it = lane; it < n_items; it += 32) {
+        I wv[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[r].load(w, n_in, rows[r], it);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= n_tokens) break;
+            float xv[E];
+            load_x_floats<E>(x + t * n_in + it * E, xv);
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int e = 0; e < E; ++e) acc[r][t] += wv[r].f[e] * xv[e];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            float v = warp_sum(acc[r][t]);
+            const int64_t o = row0 + r;
+            if (lane == ((r * NT + t) & 31) && o < n_out && t < n_tokens) {
+                if (bias) v += bias[o];
+                float* dst = out + t * n_out + o;
+                *dst = accumulate ? *dst + v : v;
+            }
+        }
+    }
+}
+
+// Quantises value v of lane `lane` into QX block b (global block index row * n_in / 32 + block).
+__device__ __forceinline__ void write_qx_block(const QxView& q, int64_t b, int lane, float v) {
+    const float amax = warp_max(fabsf(v));
+    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    const int X = max(-32767, min(32767, __float2int_rn(v * inv)));
+    q.hi[b * 32 + lane] = static_cast<int8_t>(X >> 8);
+    q.lo[b * 32 + lane] = static_cast<uint8_t>(X & 0xFF);
+    int s = X;
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);  // within each 16-lane half
+    const int s1 = __shfl_sync(0xffffffffu, s, 16);
+    if (lane == 0) q.meta[b] = make_int4(__float_as_int(amax / 32767.0f), s, s1, 0);
+}
+
+// Reads x (n_blocks 32-value blocks, one warp each); writes q. Launch: grid ceil(n_blocks / 8), 256.
+__global__ void quantize_qx_kernel(const void* x, DType x_type, QxView q, int64_t n_blocks) {
+    const int64_t b = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+    if (b >= n_blocks) return;
+    const int lane = threadIdx.x & 31;
+    write_qx_block(q, b, lane, load_any(x, x_type, b * 32 + lane));
+}
+
+__device__ __forceinline__ float round_to(DType t, float v) {
+    if (t == DType::F16) return __half2float(__float2half_rn(v));
+    if (t == DType::BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    return v;
+}
+
+// Reads: x row, weight. Writes: xn row (as rms_norm_kernel) and its QX blocks. One CTA (256
+// threads) per row; the sum of squares is reduced exactly as in rms_norm_kernel.
+template <typename XT>
+__global__ void rms_norm_qx_kernel(const XT* x, const void* weight, DType weight_type, float eps, void* xn,
+                                   DType xn_type, QxView q, int64_t width) {
+    __shared__ float scratch[32];
+    const int64_t base = blockIdx.x * width;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+        const float v = load_f(x, base + i);
+        sum += v * v;
+    }
+    sum = block_sum(sum, scratch);
+    const float scale = rsqrtf(sum / static_cast<float>(width) + eps);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    const int64_t n_blocks = width / 32;
+    for (int64_t blk = warp; blk < n_blocks; blk += n_warps) {
+        const int64_t i = blk * 32 + lane;
+        const float v = round_to(xn_type, load_f(x, base + i) * scale * load_any(weight, weight_type, i));
+        store_any(xn, xn_type, base + i, v);
+        write_qx_block(q, blockIdx.x * n_blocks + blk, lane, v);
+    }
+}
+
+template <DType T, int NT, bool kPair>
+void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
+                    DType out_type, int64_t n_out, int accumulate, cudaStream_t stream) {
+    constexpr int R = rows_per_warp<T, NT, kPair>();
+    const unsigned grid = static_cast<unsigned>(ceil_div(n_out, kGemvWarps * R));
+    const QuantMatrix m = quant_matrix<T>(w.data, w.ne[0], w.ne[1]);
+    const QuantMatrix m2 = w2 ? quant_matrix<T>(w2->data, w2->ne[0], w2->ne[1]) : m;
+    gemv_qx_kernel<T, NT, kPair><<<grid, kGemvWarps * 32, 0, stream>>>(m, m2, x, bias, out, out_type, n_out,
+                                                                       static_cast<int>(x.n_rows), accumulate);
+}
+
+template <int NT, bool kPair>
+void gemv_qx_dispatch_type(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
+                           DType out_type, int64_t n_out, int accumulate, cudaStream_t stream) {
+    switch (w.type) {
+        case DType::Q4_0: gemv_qx_launch<DType::Q4_0, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
+        case DType::Q8_0: gemv_qx_launch<DType::Q8_0, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
+        case DType::Q4_K: gemv_qx_launch<DType::Q4_K, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
+        case DType::Q6_K: gemv_qx_launch<DType::Q6_K, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
+        default: MVLLM_CHECK(false) << "integer GEMV: weight type " << type_name(w.type);
+    }
+}
+
+// Slices of kGemvMaxColumns columns (more only in batch-invariant mode: every slice computes its
+// columns exactly as a lone launch would).
+template <bool kPair>
+void gemv_qx_dispatch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
+                      DType out_type, int64_t n_out, int accumulate, cudaStream_t stream) {
+    const size_t out_elem = out_type == DType::F32 ? 4 : 2;
+    for (int64_t t0 = 0; t0 < x.n_rows; t0 += kGemvMaxColumns) {
+        const int64_t n = std::min<int64_t>(kGemvMaxColumns, x.n_rows - t0);
+        QxView xs = x;
+        xs.hi = x.hi + t0 * x.n_in;
+        xs.lo = x.lo + t0 * x.n_in;
+        xs.meta = x.meta + t0 * (x.n_in / 32);
+        xs.n_rows = n;
+        void* os = static_cast<uint8_t*>(out) + static_cast<size_t>(t0 * n_out) * out_elem;
+        if (n == 1) gemv_qx_dispatch_type<1, kPair>(w, w2, xs, bias, os, out_type, n_out, accumulate, stream);
+        else if (n == 2) gemv_qx_dispatch_type<2, kPair>(w, w2, xs, bias, os, out_type, n_out, accumulate, stream);
+        else if (n <= 4) gemv_qx_dispatch_type<4, kPair>(w, w2, xs, bias, os, out_type, n_out, accumulate, stream);
+        else gemv_qx_dispatch_type<8, kPair>(w, w2, xs, bias, os, out_type, n_out, accumulate, stream);
+        MVLLM_CUDA_LAUNCH_CHECK();
+    }
+}
+
+template <typename WT, typename XT>
+void gemv_float_columns(const TensorView& w, const TensorView& x, const float* bias, float* out, int accumulate,
+                        cudaStream_t stream) {
+    const int64_t n_in = w.ne[0], n_out = w.ne[1];
+    const unsigned grid = static_cast<unsigned>(ceil_div(n_out, kGemvWarps * 2));
+    const auto* wp = static_cast<const WT*>(w.data);
+    for (int64_t t0 = 0; t0 < x.ne[1]; t0 += kGemvMaxColumns) {  // slices, as gemv_qx_dispatch
+        const int n = static_cast<int>(std::min<int64_t>(kGemvMaxColumns, x.ne[1] - t0));
+        const auto* xp = static_cast<const XT*>(x.data) + t0 * n_in;
+        float* op = out + t0 * n_out;
+#define MVLLM_FLOAT_GEMV(NT) \
+    gemv_float_kernel<WT, XT, NT><<<grid, kGemvWarps * 32, 0, stream>>>(wp, xp, n_in, n_out, n, bias, op, accumulate)
+        if (n == 1) MVLLM_FLOAT_GEMV(1);
+        else if (n == 2) MVLLM_FLOAT_GEMV(2);
+        else if (n <= 4) MVLLM_FLOAT_GEMV(4);
+        else MVLLM_FLOAT_GEMV(8);
+#undef MVLLM_FLOAT_GEMV
+    }
+}
+
+template <typename XT>
+void gemv_float_dispatch(const TensorView& w, const TensorView& x, const float* bias, float* out, int accumulate,
+                         cudaStream_t stream) {
+    switch (w.type) {
+        case DType::F32: gemv_float_columns<float, XT>(w, x, bias, out, accumulate, stream); break;
+        case DType::F16: gemv_float_columns<__half, XT>(w, x, bias, out, accumulate, stream); break;
+        case DType::BF16: gemv_float_columns<__nv_bfloat16, XT>(w, x, bias, out, accumulate, stream); break;
+        default: MVLLM_CHECK(false) << "float GEMV: weight type " << type_name(w.type);
+    }
+}
+
+}  // namespace
+
+size_t qx_bytes(int64_t n_in, int64_t n_rows) {
+    return static_cast<size_t>(n_in * n_rows) * 2 + static_cast<size_t>(n_in / 32 * n_rows) * sizeof(int4);
+}
+
+QxView qx_view(void* buffer, int64_t n_in, int64_t n_rows) {
+    QxView v;
+    auto* p = static_cast<uint8_t*>(buffer);
+    v.meta = reinterpret_cast<int4*>(p);  // first: 16-byte aligned
+    p += static_cast<size_t>(n_in / 32 * n_rows) * sizeof(int4);
+    v.hi = reinterpret_cast<int8_t*>(p);
+    v.lo = reinterpret_cast<uint8_t*>(p + n_in * n_rows);
+    v.n_in = n_in;
+    v.n_rows = n_rows;
+    return v;
+}
+
+bool gemv_uses_qx(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K; }
+
+void launch_quantize_qx(const TensorView& x, const QxView& qx, cudaStream_t stream) {
+    MVLLM_CHECK(x.ne[0] == qx.n_in && x.ne[1] == qx.n_rows && qx.n_in % 32 == 0) << "quantize_qx shape";
+    const int64_t n_blocks = qx.n_in / 32 * qx.n_rows;
+    if (n_blocks == 0) return;
+    quantize_qx_kernel<<<static_cast<unsigned>(ceil_div(n_blocks, 8)), 256, 0, stream>>>(x.data, x.type, qx, n_blocks);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_rms_norm_qx(const TensorView& x, const TensorView& weight, float eps, const TensorView& xn,
+                        const QxView& qx, cudaStream_t stream) {
+    MVLLM_CHECK(x.ne[0] == qx.n_in && x.ne[1] == qx.n_rows && qx.n_in % 32 == 0 && xn.ne[0] == x.ne[0])
+        << "rms_norm_qx shape";
+    if (x.ne[1] == 0) return;
+    const unsigned grid = static_cast<unsigned>(x.ne[1]);
+    switch (x.type) {
+        case DType::F32: rms_norm_qx_kernel<<<grid, 256, 0, stream>>>(static_cast<const float*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
+        case DType::F16: rms_norm_qx_kernel<<<grid, 256, 0, stream>>>(static_cast<const __half*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
+        default: MVLLM_CHECK(false) << "rms_norm_qx input " << type_name(x.type);
+    }
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_gemv_qx(const TensorView& w, const QxView& qx, const TensorView& bias, const TensorView& out,
+                    GemvEpilogue epilogue, cudaStream_t stream) {
+    MVLLM_CHECK(w.ne[0] == qx.n_in && out.ne[0] == w.ne[1] && out.ne[1] == qx.n_rows && out.type == DType::F32)
+        << "gemv_qx shapes";
+    const float* b = bias.data ? static_cast<const float*>(bias.data) : nullptr;
+    gemv_qx_dispatch<false>(w, nullptr, qx, b, out.data, DType::F32, w.ne[1],
+                            epilogue == GemvEpilogue::Accumulate ? 1 : 0, stream);
+}
+
+void launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,
+                           const TensorView& out, cudaStream_t stream) {
+    MVLLM_CHECK(w_gate.type == w_up.type && w_gate.ne == w_up.ne && w_gate.ne[0] == qx.n_in &&
+                out.ne[0] == w_gate.ne[1] && out.ne[1] == qx.n_rows)
+        << "gemv_qx_swiglu shapes";
+    gemv_qx_dispatch<true>(w_gate, &w_up, qx, nullptr, out.data, out.type, w_gate.ne[1], 0, stream);
+}
+
+void launch_gemv_float(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,
+                       GemvEpilogue epilogue, cudaStream_t stream) {
+    MVLLM_CHECK(w.ne[0] == x.ne[0] && w.ne[0] % 8 == 0 && out.ne[0] == w.ne[1] && out.ne[1] == x.ne[1] &&
+                out.type == DType::F32 && x.ne[1] >= 1)
+        << "gemv_float shapes";
+    const float* b = bias.data ? static_cast<const float*>(bias.data) : nullptr;
+    const int acc = epilogue == GemvEpilogue::Accumulate ? 1 : 0;
+    float* o = static_cast<float*>(out.data);
+    if (x.type == DType::F32) gemv_float_dispatch<float>(w, x, b, o, acc, stream);
+    else if (x.type == DType::F16) gemv_float_dispatch<__half>(w, x, b, o, acc, stream);
+    else MVLLM_CHECK(false) << "float GEMV input " << type_name(x.type);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace mvllm::cuda

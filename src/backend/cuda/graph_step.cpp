@@ -1,0 +1,202 @@
+// The CUDA backend's per-step inputs and its recorded decode steps.
+//
+// begin() packs the batch metadata into pinned host memory and copies it to the device in one
+// transfer. A decode step (every sequence one new token, at most kGemvMaxTokens of them, fused
+// attention) can instead be a CUDA graph: the kernels of a step only differ between steps in the
+// metadata they read (token ids, positions, slots, block tables, context lengths), so the graph
+// is recorded with that metadata at a fixed device address and a fixed layout, sized for the batch
+// size and a context bucket (the next power of two >= 256 of the longest context; the attention
+// split is planned for the bucket, splits past a sequence's end are empty). Each graph is keyed by
+// (program, cache storage, block size, batch size, bucket):
+//
+//   1st step of a key: eager, with the bucket's plan (grows every scratch buffer it needs)
+//   2nd step:          eager again, recorded by stream capture, then launched
+//   later steps:       one metadata copy + one graph launch; the decoder issues no ops
+//
+// A graph is dropped (and the key starts over) when a buffer it points at was reallocated since.
+#include <cstring>
+
+#include "backend/cuda/cuda_backend_impl.h"
+
+namespace mvllm {
+namespace {
+
+size_t align8(size_t n) { return (n + 7) / 8 * 8; }
+
+// Room reserved per metadata array: the batch's own sizes, or a graph's fixed capacities.
+struct MetaCapacity {
+    size_t n_tokens = 0, n_seqs = 0, n_block_ids = 0, n_logits = 0;
+    size_t bytes() const {
+        return align8((n_tokens) * 8) + align8(n_seqs * 8) + 3 * align8(n_tokens * 4) + align8(n_block_ids * 4) +
+               4 * align8(n_seqs * 4) + align8(n_logits * 4);
+    }
+};
+
+MetaCapacity capacity_of(const Batch& b) {
+    return {b.token_ids.size(), b.seqs.size(), b.block_tables.size(), b.logit_rows.size()};
+}
+
+int32_t context_bucket(int32_t max_context) {
+    int32_t c = 256;
+    while (c < max_context) c *= 2;
+    return c;
+}
+
+// Packs b into host at the layout of `cap`; fills db (device pointers relative to `device`).
+// Returns the bytes to copy.
+size_t pack_batch(const Batch& b, const MetaCapacity& cap, uint8_t* host, void* device, cuda::DeviceBatch* db,
+                  const int64_t** seq_ctx_offset, int64_t* total_context) {
+    const size_t n = b.token_ids.size(), n_seqs = b.seqs.size();
+    auto* d = static_cast<uint8_t*>(device);
+    size_t off = 0;
+    auto put = [&](const void* src, size_t count, size_t room, size_t elem) -> const void* {
+        MVLLM_CHECK(count <= room) << "batch metadata over its capacity";
+        if (count) std::memcpy(host + off, src, count * elem);
+        const void* dev = d + off;
+        off += align8(room * elem);
+        return dev;
+    };
+    std::vector<int32_t> row_seq(n), sb(n_seqs), st(n_seqs), sn(n_seqs), sc(n_seqs);
+    std::vector<int64_t> ctx_off(n_seqs);
+    int32_t max_ctx = 0, max_tokens = 0;
+    int64_t total = 0;
+    for (size_t s = 0; s < n_seqs; ++s) {
+        const BatchSequence& q = b.seqs[s];
+        for (int32_t i = 0; i < q.n_tokens; ++i) row_seq[q.token_begin + i] = static_cast<int32_t>(s);
+        sb[s] = q.block_table_begin;
+        st[s] = q.token_begin;
+        sn[s] = q.n_tokens;
+        sc[s] = q.context_len;
+        ctx_off[s] = total;
+        total += q.context_len;
+        max_ctx = std::max(max_ctx, q.context_len);
+        max_tokens = std::max(max_tokens, q.n_tokens);
+    }
+    db->n_tokens = static_cast<int32_t>(n);
+    db->n_seqs = static_cast<int32_t>(n_seqs);
+    db->n_logit_rows = static_cast<int32_t>(b.logit_rows.size());
+    db->block_size = b.block_size;
+    db->max_context = max_ctx;
+    db->max_seq_tokens = max_tokens;
+    db->slot_mapping = static_cast<const int64_t*>(put(b.slot_mapping.data(), n, cap.n_tokens, 8));
+    *seq_ctx_offset = static_cast<const int64_t*>(put(ctx_off.data(), n_seqs, cap.n_seqs, 8));
+    db->token_ids = static_cast<const int32_t*>(put(b.token_ids.data(), n, cap.n_tokens, 4));
+    db->positions = static_cast<const int32_t*>(put(b.positions.data(), n, cap.n_tokens, 4));
+    db->row_seq = static_cast<const int32_t*>(put(row_seq.data(), n, cap.n_tokens, 4));
+    db->block_tables = static_cast<const int32_t*>(put(b.block_tables.data(), b.block_tables.size(), cap.n_block_ids, 4));
+    db->seq_block_begin = static_cast<const int32_t*>(put(sb.data(), n_seqs, cap.n_seqs, 4));
+    db->seq_token_begin = static_cast<const int32_t*>(put(st.data(), n_seqs, cap.n_seqs, 4));
+    db->seq_n_tokens = static_cast<const int32_t*>(put(sn.data(), n_seqs, cap.n_seqs, 4));
+    db->seq_context_len = static_cast<const int32_t*>(put(sc.data(), n_seqs, cap.n_seqs, 4));
+    db->logit_rows = static_cast<const int32_t*>(put(b.logit_rows.data(), b.logit_rows.size(), cap.n_logits, 4));
+    *total_context = total;
+    return off;
+}
+
+// A decode step a graph can record: every sequence contributes one token that wants logits.
+bool recordable(const Batch& b) {
+    const size_t n = b.token_ids.size();
+    if (n == 0 || n > static_cast<size_t>(cuda::kGemvMaxTokens) || b.seqs.size() != n || b.logit_rows.size() != n)
+        return false;
+    for (const BatchSequence& s : b.seqs)
+        if (s.n_tokens != 1) return false;
+    return true;
+}
+
+}  // namespace
+
+void CudaBackend::begin(const Batch& b) {
+    Impl& im = *impl_;
+    MVLLM_CUDA_OK(cudaEventSynchronize(im.meta_copied));  // the pinned buffer is free again
+    const MetaCapacity cap = capacity_of(b);
+    im.ensure_meta(cap.bytes());
+    const size_t bytes = pack_batch(b, cap, im.meta_host, im.meta_device, &im.batch, &im.seq_ctx_offset,
+                                    &im.total_context);
+    MVLLM_CUDA_OK(cudaMemcpyAsync(im.meta_device, im.meta_host, bytes, cudaMemcpyHostToDevice, im.stream));
+    MVLLM_CUDA_OK(cudaEventRecord(im.meta_copied, im.stream));
+    im.arena_next = 0;
+    im.qx_source = nullptr;
+    im.mode = StepMode::Eager;
+}
+
+bool CudaBackend::begin_step(const Batch& b, uint64_t program, KvCache& cache) {
+    Impl& im = *impl_;
+    if (!im.graphs_enabled || im.options.attention != CudaAttentionVariant::Fused || !recordable(b) ||
+        !cache.on_device()) {
+        begin(b);
+        return false;
+    }
+    int32_t max_ctx = 0;
+    for (const BatchSequence& s : b.seqs) max_ctx = std::max(max_ctx, s.context_len);
+    const int32_t bucket = context_bucket(max_ctx);
+    const StepKey key{program, cache.layer(0).k, b.block_size, static_cast<int32_t>(b.token_ids.size()), bucket};
+    MetaCapacity cap = capacity_of(b);
+    cap.n_block_ids = cap.n_seqs * static_cast<size_t>((bucket + b.block_size - 1) / b.block_size);
+    if (b.block_tables.size() > cap.n_block_ids) {  // tables longer than the bucket needs: eager
+        begin(b);
+        return false;
+    }
+
+    auto it = im.graphs.find(key);
+    if (it != im.graphs.end() && it->second.resources != im.resources()) {
+        cudaGraphExecDestroy(it->second.exec);
+        cudaFree(it->second.meta_device);
+        im.graphs.erase(it);
+        im.seen.erase(key);
+        it = im.graphs.end();
+    }
+    int& n_seen = im.seen[key];
+    if (it == im.graphs.end() && n_seen == 0) {
+        // First step of this shape: eager, planned for the bucket as the recording will be.
+        n_seen = 1;
+        begin(b);
+        im.batch.max_context = bucket;
+        return false;
+    }
+    MVLLM_CUDA_OK(cudaEventSynchronize(im.meta_copied));
+    im.ensure_meta(cap.bytes());
+    StepGraph* g = nullptr;
+    if (it == im.graphs.end()) {
+        StepGraph fresh;
+        const cudaError_t err = cudaMalloc(&fresh.meta_device, cap.bytes());
+        MVLLM_CHECK(err == cudaSuccess) << "graph metadata did not fit (" << cuda_memory_report() << ")";
+        g = &im.graphs.emplace(key, fresh).first->second;
+        im.mode = StepMode::Capture;
+    } else {
+        g = &it->second;
+        im.mode = StepMode::Replay;
+    }
+    const size_t bytes =
+        pack_batch(b, cap, im.meta_host, g->meta_device, &g->batch, &g->seq_ctx_offset, &g->total_context);
+    g->batch.max_context = bucket;
+    MVLLM_CUDA_OK(cudaMemcpyAsync(g->meta_device, im.meta_host, bytes, cudaMemcpyHostToDevice, im.stream));
+    MVLLM_CUDA_OK(cudaEventRecord(im.meta_copied, im.stream));
+    im.batch = g->batch;
+    im.seq_ctx_offset = g->seq_ctx_offset;
+    im.total_context = g->total_context;
+    im.arena_next = 0;
+    im.qx_source = nullptr;
+    im.step_key = key;
+    if (im.mode == StepMode::Capture)
+        MVLLM_CUDA_OK(cudaStreamBeginCapture(im.stream, cudaStreamCaptureModeThreadLocal));
+    return im.mode == StepMode::Replay;
+}
+
+void CudaBackend::end_step() {
+    Impl& im = *impl_;
+    if (im.mode == StepMode::Eager) return;
+    StepGraph& g = im.graphs.at(im.step_key);
+    if (im.mode == StepMode::Capture) {
+        cudaGraph_t graph = nullptr;
+        MVLLM_CUDA_OK(cudaStreamEndCapture(im.stream, &graph));
+        MVLLM_CUDA_OK(cudaGraphInstantiate(&g.exec, graph, 0));
+        cudaGraphDestroy(graph);
+        g.resources = im.resources();
+    }
+    MVLLM_CUDA_OK(cudaGraphLaunch(g.exec, im.stream));
+    im.mode = StepMode::Eager;
+}
+
+int32_t CudaBackend::n_graphs() const { return static_cast<int32_t>(impl_->graphs.size()); }
+
+}  // namespace mvllm

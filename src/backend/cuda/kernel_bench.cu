@@ -1,0 +1,246 @@
+#include "backend/cuda/kernel_bench.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/gemv.cuh"
+#include "backend/cuda/weight_layout.h"
+
+namespace mvllm::cuda {
+namespace {
+
+__device__ __forceinline__ uint32_t hash32(uint64_t i, uint32_t seed) {
+    uint64_t x = i * 0x9E3779B97F4A7C15ull + seed;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    return static_cast<uint32_t>(x);
+}
+
+// A random f16 bit pattern of magnitude in [lo, 2 lo) (sign random).
+__device__ __forceinline__ uint16_t random_half(uint64_t i, uint32_t seed, float lo) {
+    const uint32_t h = hash32(i, seed);
+    const float v = lo * (1.0f + (h & 0xFFFF) / 65536.0f) * ((h >> 31) ? -1.0f : 1.0f);
+    return __half_as_ushort(__float2half_rn(v));
+}
+
+// Random bytes over n 4-byte words. Grid-stride.
+__global__ void fill_random_kernel(uint32_t* p, int64_t n, uint32_t seed) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        p[i] = hash32(static_cast<uint64_t>(i), seed);
+}
+
+// Sane f16 values at n positions base + i * stride (scales, or every element of an F16 matrix).
+__global__ void fill_halves_kernel(uint8_t* base, int64_t n, int64_t stride, float lo, uint32_t seed) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const uint16_t h = random_half(static_cast<uint64_t>(i), seed, lo);
+        base[i * stride] = static_cast<uint8_t>(h & 0xFF);
+        base[i * stride + 1] = static_cast<uint8_t>(h >> 8);
+    }
+}
+
+// Random BF16 values in (-1, 1).
+__global__ void fill_bf16_kernel(__nv_bfloat16* p, int64_t n, uint32_t seed) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        p[i] = __float2bfloat16_rn(static_cast<int32_t>(hash32(static_cast<uint64_t>(i), seed)) * 4.6566e-10f);
+}
+
+// Random normal-ish floats (sum of two uniforms).
+__global__ void fill_floats_kernel(float* p, int64_t n, uint32_t seed) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const uint32_t h = hash32(static_cast<uint64_t>(i), seed);
+        p[i] = ((h & 0xFFFF) + (h >> 16)) / 65536.0f - 1.0f;
+    }
+}
+
+// Reads n 16-byte words; writes one word per thread only if the xor is a magic value (never in
+// practice), so the loads cannot be removed. Grid-stride.
+__global__ void read_kernel(const uint4* p, int64_t n, uint4* sink) {
+    uint32_t acc = 0;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const uint4 v = __ldcs(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9E3779B9u) sink[0] = make_uint4(acc, 0, 0, 0);
+}
+
+unsigned grid_for(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>(ceil_div(n, 256), 1, 132 * 16)); }
+
+// Fills one device matrix of `type` (device layout) with random content and sane scales.
+void fill_weight(DType type, uint8_t* p, int64_t n_in, int64_t n_out, uint32_t seed, cudaStream_t s) {
+    const size_t bytes = row_size(type, n_in) * static_cast<size_t>(n_out);
+    if (type == DType::BF16) {
+        fill_bf16_kernel<<<grid_for(n_in * n_out), 256, 0, s>>>(reinterpret_cast<__nv_bfloat16*>(p), n_in * n_out, seed);
+        return;
+    }
+    fill_random_kernel<<<grid_for(static_cast<int64_t>(bytes / 4)), 256, 0, s>>>(reinterpret_cast<uint32_t*>(p),
+                                                                                   static_cast<int64_t>(bytes / 4), seed);
+    if (type == DType::F16) {
+        fill_halves_kernel<<<grid_for(n_in * n_out), 256, 0, s>>>(p, n_in * n_out, 2, 0.25f, seed + 1);
+        return;
+    }
+    const SplitLayout l = split_layout(type);
+    if (l.split) {
+        const int64_t n_blocks = n_in / l.block_values * n_out;
+        fill_halves_kernel<<<grid_for(n_blocks), 256, 0, s>>>(p + n_blocks * l.body_bytes, n_blocks, 2, 1.0f / 512,
+                                                             seed + 1);
+    } else if (type == DType::Q4_K) {
+        const int64_t n_blocks = n_in / 256 * n_out;
+        fill_halves_kernel<<<grid_for(n_blocks), 256, 0, s>>>(p, n_blocks, 144, 1.0f / 512, seed + 1);      // d
+        fill_halves_kernel<<<grid_for(n_blocks), 256, 0, s>>>(p + 2, n_blocks, 144, 1.0f / 1024, seed + 2);  // dmin
+    }
+}
+
+float elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0;
+    MVLLM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    return ms;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+struct Events {
+    cudaEvent_t a = nullptr, b = nullptr;
+    Events() {
+        MVLLM_CUDA_CHECK(cudaEventCreate(&a));
+        MVLLM_CUDA_CHECK(cudaEventCreate(&b));
+    }
+    ~Events() {
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+    }
+};
+
+// Median over `reps` of the time of fn() (ms), after 3 warm-up runs.
+template <typename Fn>
+double time_ms(cudaStream_t s, int reps, Fn&& fn) {
+    Events e;
+    for (int i = 0; i < 3; ++i) fn();
+    std::vector<double> t;
+    for (int i = 0; i < reps; ++i) {
+        MVLLM_CUDA_CHECK(cudaEventRecord(e.a, s));
+        fn();
+        MVLLM_CUDA_CHECK(cudaEventRecord(e.b, s));
+        MVLLM_CUDA_CHECK(cudaEventSynchronize(e.b));
+        t.push_back(elapsed_ms(e.a, e.b));
+    }
+    return median(t);
+}
+
+}  // namespace
+
+Result<KernelBenchReport> run_kernel_bench(const KernelBenchOptions& o) {
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+        cudaGetLastError();
+        return make_error("bench kernels needs a CUDA device");
+    }
+    KernelBenchReport report;
+    cudaDeviceProp prop{};
+    MVLLM_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    report.device = prop.name;
+    report.n_sms = prop.multiProcessorCount;
+    cudaStream_t s;
+    MVLLM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+    // Ceilings: a 1 GiB device-to-device copy (read + write) and a 1 GiB read-only kernel.
+    {
+        const size_t bytes = size_t{1} << 30;
+        void *a = nullptr, *b = nullptr;
+        MVLLM_CUDA_CHECK(cudaMalloc(&a, bytes));
+        MVLLM_CUDA_CHECK(cudaMalloc(&b, bytes));
+        fill_random_kernel<<<grid_for(bytes / 4), 256, 0, s>>>(static_cast<uint32_t*>(a), bytes / 4, 1);
+        const double copy_ms =
+            time_ms(s, 10, [&] { MVLLM_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); });
+        report.copy_gbps = 2.0 * bytes / (copy_ms * 1e6);
+        const double read_ms = time_ms(s, 10, [&] {
+            read_kernel<<<report.n_sms * 8, 512, 0, s>>>(static_cast<const uint4*>(a), bytes / 16,
+                                                         static_cast<uint4*>(b));
+        });
+        report.read_gbps = bytes / (read_ms * 1e6);
+        MVLLM_CUDA_CHECK(cudaFree(a));
+        MVLLM_CUDA_CHECK(cudaFree(b));
+    }
+
+    uint32_t seed = 11;
+    for (const auto& [n_in, n_out] : o.shapes) {
+        for (DType type : o.types) {
+            const size_t w_bytes = row_size(type, n_in) * static_cast<size_t>(n_out);
+            const int n_copies = static_cast<int>(std::clamp<size_t>((size_t{400} << 20) / w_bytes + 1, 2, 64));
+            uint8_t* weights = nullptr;
+            if (cudaMalloc(&weights, w_bytes * n_copies) != cudaSuccess) {
+                cudaGetLastError();
+                return make_error("bench kernels: ", n_copies, " copies of ", type_name(type), " ", n_in, "x", n_out,
+                                  " did not fit");
+            }
+            for (int c = 0; c < n_copies; ++c) fill_weight(type, weights + c * w_bytes, n_in, n_out, seed++, s);
+            const int max_tokens = *std::max_element(o.n_tokens.begin(), o.n_tokens.end());
+            float *x = nullptr, *out = nullptr;
+            void* qx_buf = nullptr;
+            MVLLM_CUDA_CHECK(cudaMalloc(&x, n_in * max_tokens * sizeof(float)));
+            MVLLM_CUDA_CHECK(cudaMalloc(&out, n_out * max_tokens * sizeof(float)));
+            MVLLM_CUDA_CHECK(cudaMalloc(&qx_buf, qx_bytes(n_in, max_tokens)));
+            fill_floats_kernel<<<grid_for(n_in * max_tokens), 256, 0, s>>>(x, n_in * max_tokens, seed++);
+            MVLLM_CUDA_LAUNCH_CHECK();
+            for (int nt : o.n_tokens) {
+                TensorView xv;
+                xv.type = DType::F32;
+                xv.ne = {n_in, nt, 1, 1};
+                xv.data = x;
+                TensorView ov;
+                ov.type = DType::F32;
+                ov.ne = {n_out, nt, 1, 1};
+                ov.data = out;
+                const bool integer = gemv_uses_qx(type);
+                const QxView qx = qx_view(qx_buf, n_in, nt);
+                if (integer) launch_quantize_qx(xv, qx, s);
+                // One graph: the GEMV over every copy of the weights.
+                cudaGraph_t graph;
+                cudaGraphExec_t exec;
+                MVLLM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+                for (int c = 0; c < n_copies; ++c) {
+                    TensorView w;
+                    w.type = type;
+                    w.ne = {n_in, n_out, 1, 1};
+                    w.data = weights + c * w_bytes;
+                    if (integer) launch_gemv_qx(w, qx, TensorView{}, ov, GemvEpilogue::Store, s);
+                    else launch_gemv_float(w, xv, TensorView{}, ov, GemvEpilogue::Store, s);
+                }
+                MVLLM_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+                MVLLM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+                const double ms = time_ms(s, o.replays, [&] { MVLLM_CUDA_CHECK(cudaGraphLaunch(exec, s)); });
+                cudaGraphExecDestroy(exec);
+                cudaGraphDestroy(graph);
+                GemvBenchCase c;
+                c.type = type;
+                c.n_in = n_in;
+                c.n_out = n_out;
+                c.n_tokens = nt;
+                c.us = ms * 1000.0 / n_copies;
+                c.weight_bytes = static_cast<double>(w_bytes);
+                const double x_bytes = integer ? static_cast<double>(qx_bytes(n_in, nt)) : 4.0 * n_in * nt;
+                c.bytes = c.weight_bytes + x_bytes + 4.0 * n_out * nt;
+                c.gbps = c.bytes / (c.us * 1e3);
+                c.pct_of_copy = 100.0 * c.gbps / report.copy_gbps;
+                report.cases.push_back(c);
+            }
+            MVLLM_CUDA_CHECK(cudaFree(weights));
+            MVLLM_CUDA_CHECK(cudaFree(x));
+            MVLLM_CUDA_CHECK(cudaFree(out));
+            MVLLM_CUDA_CHECK(cudaFree(qx_buf));
+        }
+    }
+    MVLLM_CUDA_CHECK(cudaStreamDestroy(s));
+    return report;
+}
+
+}  // namespace mvllm::cuda
