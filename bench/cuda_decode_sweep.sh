@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # BENCHMARKS.md B2 / B3 / B5 on the GPU machine with `mvllm bench decode --device cuda` (F16 KV,
 # fused attention, greedy, batch 1) on make-model files: Qwen2.5-0.5B and -7B in q4_0 and
-# Q4_K_M. Called by cuda_device_run.sh (SWEEP=1) after the build; writes one JSON per run to $RES.
+# Q4_K_M. Called by cuda_decode_run.sh (SWEEP=1) after the build; writes one JSON per run to $RES.
 set -u -o pipefail
 RES=${RES:?} LOG=${LOG:?} M=${M:?}
 B=build/bin/mvllm

@@ -12,11 +12,11 @@ int main(int argc, char** argv) {
     mvllm::cli::register_chat_commands(app);
     mvllm::cli::register_engine_commands(app);
     mvllm::cli::register_engine_latency_commands(app);
-    mvllm::cli::register_kernel_commands(app);
     mvllm::cli::register_tokenize_commands(app);
     mvllm::cli::register_serve_commands(app);
     mvllm::cli::register_bench_attention_command(app);
     mvllm::cli::register_bench_serve_command(app);
+    mvllm::cli::register_kernel_commands(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

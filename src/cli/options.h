@@ -73,12 +73,12 @@ void register_template_commands(CLI::App& app);  // template
 void register_chat_commands(CLI::App& app);  // chat
 void register_engine_commands(CLI::App& app);  // bench throughput
 void register_engine_latency_commands(CLI::App& app);  // bench prefix, bench hol (after the above)
-void register_kernel_commands(CLI::App& app);  // bench kernels
 void register_tokenize_commands(CLI::App& app);  // tokenize, bench tokenize (after model commands)
 void register_serve_commands(CLI::App& app);     // serve
 void register_bench_serve_command(CLI::App& app);  // bench serve
 
 void register_bench_attention_command(CLI::App& app);  // bench attention (CUDA builds run it)
+void register_kernel_commands(CLI::App& app);  // bench kernels (CUDA builds run it)
 
 // The `bench` command group, created by the first command file that needs it.
 CLI::App* bench_group(CLI::App& app);
