@@ -101,14 +101,7 @@ int cmd_bench_kernels(const BenchKernelsArgs& a) {
 
 void register_kernel_commands(CLI::App& app) {
     static BenchKernelsArgs args;
-    CLI::App* bench = nullptr;
-    try {
-        bench = app.get_subcommand("bench");
-    } catch (const CLI::OptionNotFound&) {
-        bench = app.add_subcommand("bench", "Benchmarks");
-        bench->require_subcommand(1);
-    }
-    CLI::App* k = bench->add_subcommand("kernels", "Decode GEMV kernels: time and GB/s against the measured copy bandwidth");
+    CLI::App* k = bench_group(app)->add_subcommand("kernels", "Decode GEMV kernels: time and GB/s against the measured copy bandwidth");
     k->add_option("--device", args.device, "cuda (the only device with these kernels)")->check(CLI::IsMember({"cuda", "cpu"}));
     k->add_option("--types", args.types, "weight types, comma-separated");
     k->add_option("--tokens", args.tokens, "token columns, comma-separated (1..8)");

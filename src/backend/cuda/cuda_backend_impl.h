@@ -35,7 +35,7 @@ struct StepGraph {
     int64_t total_context = 0;
     // What the recorded kernels point at besides weights and the cache: a replay is valid only
     // while these are unchanged (scratch buffers grow by reallocation).
-    std::tuple<uint64_t, const void*, const void*, const void*> resources;
+    std::tuple<uint64_t, const void*, const void*, const void*, const void*> resources;
 };
 
 // (program, cache storage, block size, batch size, context bucket).
@@ -98,8 +98,8 @@ struct CudaBackend::Impl {
     // The QX of x for a GEMV (computed unless the last producer of x left it), or nullptr when w
     // does not take the integer GEMV for this many rows.
     const cuda::QxView* qx_for(const TensorView& w, const TensorView& x, cuda::QxView* storage);
-    std::tuple<uint64_t, const void*, const void*, const void*> resources() const {
-        return {arena_generation, attention_scratch.partial, matmul_scratch.qx, inv_freq};
+    std::tuple<uint64_t, const void*, const void*, const void*, const void*> resources() const {
+        return {arena_generation, attention_scratch.partial, attention_scratch.counters, matmul_scratch.qx, inv_freq};
     }
 };
 
