@@ -1,8 +1,11 @@
 // Recorded decode steps (CUDA graphs, graph_step.cpp) against the same steps run eagerly: three
 // sequences of different lengths decoding together and one alone, over a context-bucket boundary
 // (256 -> 512), on the F32 tiny-qwen2 fixture and its Q8_0 / Q4_K_M conversions. Logits must agree
-// to rounding (the eager run plans the attention split for the exact context, the graph for the
-// bucket: the same sums in a different grouping) and greedy tokens must be equal.
+// to rounding and greedy tokens must be equal. The eager run plans the attention split for the
+// exact context, the graph for the bucket: the same sums grouped differently, and the tensor-core
+// attention of F16 KV rounds each split's probabilities to f16 (2^-11 relative), so logits differ
+// by up to ~1e-4 of their range (measured 2.2e-5 F32, 1.1e-4 Q8_0, 8.5e-5 Q4_K_M on the H200);
+// bound 1e-3, far below what a wrong position, slot or block table moves (> 1e-2).
 #include <unistd.h>
 
 #include <filesystem>
@@ -108,7 +111,7 @@ TEST(CudaGraphs, RecordedStepsMatchEagerSteps) {
         EXPECT_EQ(eager.n_graphs, 0);
         // Batch of 3 in buckets 256 and 512, batch of 1 in 256 and 512.
         EXPECT_GE(graph.n_graphs, 3);
-        EXPECT_LE(worst, 1e-5);
+        EXPECT_LE(worst, 1e-3);
         EXPECT_EQ(graph.greedy, eager.greedy);
     }
 }
