@@ -68,6 +68,12 @@ struct RequestStats {
     int64_t n_output_tokens = 0;
     int64_t n_prefix_tokens_reused = 0;  // prompt tokens whose KV came from the prefix cache
     int64_t n_preemptions = 0;
+    // speculative decoding (all zero without a draft model)
+    int64_t n_draft_tokens = 0;          // tokens the draft proposed and the target verified
+    int64_t n_draft_accepted = 0;        // of those, accepted
+    int64_t n_spec_steps = 0;            // verification steps (each yields accepted + 1 tokens)
+    int64_t n_fallback_steps = 0;        // decode steps without drafting (speculation did not pay)
+    std::vector<int64_t> accepted_lengths;  // [max draft tokens + 1]: verification steps by drafts accepted
 };
 
 struct EngineEvent {
@@ -87,6 +93,22 @@ using EventCallback = std::function<void(const EngineEvent&)>;
 enum class SchedulingPolicy { Fcfs, ShortestPrefillFirst, RoundRobin };
 bool parse_scheduling_policy(const std::string& name, SchedulingPolicy* out);  // fcfs | spf | rr
 
+// Draft-length policies of speculative decoding, per sequence: a fixed K; K moved up or down
+// within [min, max] when the recent acceptance rate crosses thresholds; K = the rounded moving
+// average of accepted lengths + 1, within [min, max].
+enum class DraftPolicy { Fixed, AcceptanceRate, AcceptedLength };
+bool parse_draft_policy(const std::string& name, DraftPolicy* out);  // fixed | acceptance-rate | accepted-length
+const char* draft_policy_name(DraftPolicy policy);
+
+struct SpeculativeOptions {
+    Decoder* draft = nullptr;       // the draft model (not owned; outlives the engine); null: off.
+                                    // Its vocabulary must be the target's (check_draft_vocabulary).
+    int32_t draft_tokens = 4;       // K (fixed), the upper bound and start of the adaptive policies
+    int32_t min_draft_tokens = 1;   // lower bound of the adaptive policies
+    DraftPolicy policy = DraftPolicy::Fixed;
+    bool fallback = true;           // stop drafting for a sequence while it is slower than plain decoding
+};
+
 struct EngineOptions {
     size_t kv_cache_memory = size_t(256) << 20;  // bytes of KV pool
     int64_t kv_cache_blocks = 0;                 // > 0: exact block count instead of the budget
@@ -103,6 +125,7 @@ struct EngineOptions {
     int64_t max_model_len = 0;                   // 0: the model's trained context
     SchedulingPolicy policy = SchedulingPolicy::Fcfs;
     bool enable_prefix_cache = true;
+    SpeculativeOptions speculative;
 };
 
 // Text streaming. The engine asks the factory for one decoder per request; without a factory and
@@ -130,6 +153,8 @@ struct EngineCounters {
     int64_t n_total_blocks = 0;
     int64_t n_running = 0;
     int64_t n_waiting = 0;
+    // speculative decoding
+    int64_t n_draft_tokens = 0, n_draft_accepted = 0, n_spec_steps = 0, n_fallback_steps = 0;
     // prefix cache telemetry
     int64_t prefix_queries = 0, prefix_query_blocks = 0, prefix_hit_blocks = 0, prefix_tokens_reused = 0,
             prefix_evictions = 0, prefix_pending_waits = 0, prefix_collisions = 0;

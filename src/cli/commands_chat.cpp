@@ -72,6 +72,7 @@ void register_chat_commands(CLI::App& app) {
     static ChatArgs c;
     CLI::App* cmd = app.add_subcommand("chat", "Multi-turn chat through the model's chat template (stdin lines are turns)");
     add_run_options(cmd, &c.run);
+    add_draft_options(cmd, &c.run);
     cmd->add_option("--system", c.system, "system message");
     cmd->add_option("-n,--n-predict", c.n_predict, "maximum tokens per reply")->check(CLI::Range(1, 1 << 20));
     cmd->add_flag("--stats", c.stats, "print a statistics line after each reply (always on a terminal)");

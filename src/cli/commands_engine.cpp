@@ -65,6 +65,7 @@ int cmd_bench_serve(const BenchServeArgs& a) {
     if (!parse_scheduling_policy(a.policy, &eo.policy)) return fail(make_error("unknown --scheduling-policy ", a.policy));
     auto rt = make_runtime(a.run, 1);  // the engine sizes its own KV pool
     if (!rt) return fail(rt.status());
+    eo.speculative = rt->speculative;
     auto engine = Engine::create(*rt->decoder, eo);
     if (!engine) return fail(engine.status());
     std::fprintf(stderr, "model: %s\nbackend: %s\n%s\n", rt->model->config.summary().c_str(),
@@ -141,6 +142,7 @@ void register_engine_commands(CLI::App& app) {
     CLI::App* bench = bench_group(app);
     CLI::App* s = bench->add_subcommand("throughput", "Engine throughput: N requests submitted at once (B4(b))");
     add_run_options(s, &serve.run);
+    add_draft_options(s, &serve.run);
     s->add_option("--num-requests", serve.num_requests, "requests")->check(CLI::Range(1, 1 << 20));
     s->add_option("--input-len", serve.input_len, "prompt tokens, MIN:MAX (uniform) or N");
     s->add_option("--output-len", serve.output_len, "generated tokens, MIN:MAX (uniform) or N");

@@ -197,6 +197,7 @@ void register_model_commands(CLI::App& app) {
     static GenerateArgs gen;
     CLI::App* g = app.add_subcommand("generate", "Continue a prompt (text or token ids), streaming to stdout");
     add_run_options(g, &gen.run);
+    add_draft_options(g, &gen.run);
     g->add_option("-p,--prompt", gen.prompt, "prompt text");
     g->add_option("--prompt-ids", gen.prompt_ids, "prompt token ids, e.g. \"1 2 3\" (greedy unless --temperature)");
     g->add_option("-n,--n-predict", gen.n_predict, "tokens to generate")->check(CLI::Range(1, 1 << 24));

@@ -42,6 +42,7 @@ int cmd_serve(ServeArgs& a) {
     if (!parse_scheduling_policy(a.policy, &eo.policy)) return fail(make_error("unknown --scheduling-policy ", a.policy));
     auto rt = make_runtime(a.run, 1);  // the engine sizes its own KV pool
     if (!rt) return fail(rt.status());
+    eo.speculative = rt->speculative;
     auto engine = Engine::create(*rt->decoder, eo, rt->model->tokenizer.get());
     if (!engine) return fail(engine.status());
     const ModelConfig& mc = rt->model->config;
@@ -71,6 +72,7 @@ void register_serve_commands(CLI::App& app) {
     static ServeArgs a;
     CLI::App* s = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)");
     add_run_options(s, &a.run);
+    add_draft_options(s, &a.run);
     s->add_option("--host", a.server.host, "address to bind (default 127.0.0.1: this machine only)");
     s->add_option("--port", a.server.port, "TCP port (0: any free one)")->check(CLI::Range(0, 65535));
     s->add_option("--served-model-name", a.server.served_model_name, "the model id clients send and see");

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "engine/speculative.h"
 #include "kv/block_manager.h"
 
 #ifdef MVLLM_HAVE_CUDA
@@ -106,6 +107,33 @@ Status apply_kv_pool_options(const KvPoolArgs& a, EngineOptions* eo) {
     return Status::ok();
 }
 
+void add_draft_options(CLI::App* cmd, RunOptions* o) {
+    cmd->add_option("--draft-model", o->draft_model,
+                    "speculative decoding: a smaller model with the same vocabulary proposes tokens (GGUF or HF folder)");
+    cmd->add_option("--draft-tokens", o->draft_tokens, "tokens the draft proposes per step (the adaptive policies' maximum)")
+        ->check(CLI::Range(1, 64));
+    cmd->add_option("--draft-tokens-min", o->draft_tokens_min, "the adaptive policies' minimum")->check(CLI::Range(1, 64));
+    cmd->add_option("--draft-policy", o->draft_policy, "fixed | acceptance-rate | accepted-length")
+        ->check(CLI::IsMember({"fixed", "acceptance-rate", "accepted-length"}));
+    cmd->add_flag("--no-spec-fallback", o->no_spec_fallback,
+                  "keep drafting even when measured slower than plain decoding");
+}
+
+Status load_draft(const RunOptions& o, const DecoderOptions& dopt, Runtime* rt) {
+    MVLLM_ASSIGN_OR_RETURN(rt->draft_model, load_model(o.draft_model));
+    MVLLM_TRY(check_draft_vocabulary(*rt->model, *rt->draft_model));
+    MVLLM_ASSIGN_OR_RETURN(rt->draft_decoder, Decoder::create(*rt->draft_model, *rt->backend, dopt));
+    if (o.draft_tokens_min > o.draft_tokens)
+        return make_error("--draft-tokens-min ", o.draft_tokens_min, " exceeds --draft-tokens ", o.draft_tokens);
+    SpeculativeOptions& s = rt->speculative;
+    s.draft = rt->draft_decoder.get();
+    s.draft_tokens = o.draft_tokens;
+    s.min_draft_tokens = o.draft_tokens_min;
+    if (!parse_draft_policy(o.draft_policy, &s.policy)) return make_error("unknown --draft-policy ", o.draft_policy);
+    s.fallback = !o.no_spec_fallback;
+    return Status::ok();
+}
+
 Result<Runtime> make_runtime(const RunOptions& o, int64_t n_tokens) {
 #ifndef MVLLM_HAVE_CUDA
     if (o.device != "cpu")
@@ -139,6 +167,7 @@ Result<Runtime> make_runtime(const RunOptions& o, int64_t n_tokens) {
     DecoderOptions dopt;
     parse_type_name(o.activation_dtype, &dopt.activation_dtype);
     MVLLM_ASSIGN_OR_RETURN(rt.decoder, Decoder::create(*rt.model, *rt.backend, dopt));
+    if (!o.draft_model.empty()) MVLLM_TRY(load_draft(o, dopt, &rt).with_context("--draft-model"));
     DType kv_dtype = dopt.activation_dtype;
     if (!o.kv_dtype.empty()) parse_type_name(o.kv_dtype, &kv_dtype);
     const int64_t capacity = std::max<int64_t>(o.ctx_size, n_tokens);

@@ -38,9 +38,17 @@ struct RunOptions {
     int64_t ctx_size = 0;  // KV capacity in tokens (0: prompt + generation)
     int prefill_chunk = 0;
     bool batch_invariant = false;  // a row's result never depends on the rest of its batch
+    // speculative decoding (commands that run the engine: add_draft_options)
+    std::string draft_model;  // empty: off
+    int draft_tokens = 4;
+    int draft_tokens_min = 1;
+    std::string draft_policy = "fixed";
+    bool no_spec_fallback = false;
 };
 
 void add_run_options(CLI::App* cmd, RunOptions* o);
+// --draft-model, --draft-tokens, --draft-tokens-min, --draft-policy, --no-spec-fallback.
+void add_draft_options(CLI::App* cmd, RunOptions* o);
 
 // Everything needed to run a model, built from RunOptions.
 struct Runtime {
@@ -48,9 +56,14 @@ struct Runtime {
     std::unique_ptr<Backend> backend;
     std::unique_ptr<Decoder> decoder;
     std::unique_ptr<KvCache> cache;
+    // with --draft-model: the draft on the same backend, and the engine's speculative options
+    std::unique_ptr<Model> draft_model;
+    std::unique_ptr<Decoder> draft_decoder;
+    SpeculativeOptions speculative;
 };
 
-// Loads the model and creates the backend, decoder and a KV cache of at least n_tokens tokens.
+// Loads the model (and the draft model, checking that it shares the vocabulary) and creates the
+// backend, decoder(s) and a KV cache of at least n_tokens tokens.
 Result<Runtime> make_runtime(const RunOptions& o, int64_t n_tokens);
 
 // The KV pool options of serve and bench throughput: --kv-cache-memory as bytes ("2GiB") or as
@@ -76,6 +89,7 @@ void register_engine_latency_commands(CLI::App& app);  // bench prefix, bench ho
 void register_tokenize_commands(CLI::App& app);  // tokenize, bench tokenize (after model commands)
 void register_serve_commands(CLI::App& app);     // serve
 void register_bench_serve_command(CLI::App& app);  // bench serve
+void register_spec_commands(CLI::App& app);      // bench spec (after model commands)
 
 void register_bench_attention_command(CLI::App& app);  // bench attention (CUDA builds run it)
 void register_kernel_commands(CLI::App& app);  // bench kernels (CUDA builds run it)

@@ -51,11 +51,14 @@ Result<std::unique_ptr<Engine>> make_cli_engine(Runtime& rt, const RunOptions& o
     EngineOptions eo;
     eo.block_size = o.kv_block_size;
     eo.kv_dtype = o.kv_dtype.empty() ? o.activation_dtype : o.kv_dtype;
-    const int64_t capacity = std::max<int64_t>(o.ctx_size, max_tokens + 1);
+    // + the draft tokens one verification may look ahead
+    const int64_t lookahead = rt.speculative.draft ? rt.speculative.draft_tokens : 0;
+    const int64_t capacity = std::max<int64_t>(o.ctx_size, max_tokens + 1 + lookahead);
     eo.kv_cache_blocks = (capacity + eo.block_size - 1) / eo.block_size + 1;
     eo.max_model_len = std::max<int64_t>(capacity, rt.model->config.n_ctx_train);
     eo.max_prefill_chunk = o.prefill_chunk;  // 0: the whole prompt in one step
     eo.max_batched_tokens = static_cast<int32_t>(std::min<int64_t>(capacity + 1, 1 << 20));
+    eo.speculative = rt.speculative;
     return Engine::create(*rt.decoder, eo, rt.model->tokenizer.get());
 }
 
@@ -87,7 +90,7 @@ Result<GenerationResult> run_request(Engine& engine, Request request,
 }
 
 std::string stats_line(const RequestStats& s) {
-    char buf[256];
+    char buf[512];
     const double decode_tps = s.n_output_tokens > 1 && s.decode_seconds > 0 ? (s.n_output_tokens - 1) / s.decode_seconds : 0;
     std::snprintf(buf, sizeof(buf),
                   "prompt %lld tokens, generated %lld tokens | prefill %.1f tok/s, decode %.1f tok/s | "
@@ -95,7 +98,19 @@ std::string stats_line(const RequestStats& s) {
                   (long long)s.n_prompt_tokens, (long long)s.n_output_tokens,
                   s.prefill_seconds > 0 ? s.n_prompt_tokens / s.prefill_seconds : 0.0, decode_tps,
                   s.ttft_seconds * 1e3, (long long)s.n_prefix_tokens_reused);
-    return buf;
+    std::string line = buf;
+    if (s.n_spec_steps > 0 || s.n_fallback_steps > 0) {
+        std::snprintf(buf, sizeof(buf), " | draft: proposed %lld, accepted %lld (%.1f%%), %.2f tokens/verification, %lld plain steps, accepted lengths [",
+                      (long long)s.n_draft_tokens, (long long)s.n_draft_accepted,
+                      s.n_draft_tokens ? 100.0 * s.n_draft_accepted / s.n_draft_tokens : 0.0,
+                      s.n_spec_steps ? double(s.n_draft_accepted + s.n_spec_steps) / s.n_spec_steps : 0.0,
+                      (long long)s.n_fallback_steps);
+        line += buf;
+        for (size_t i = 0; i < s.accepted_lengths.size(); ++i)
+            line += (i ? " " : "") + std::to_string(s.accepted_lengths[i]);
+        line += "]";
+    }
+    return line;
 }
 
 }  // namespace mvllm::cli

@@ -14,6 +14,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/speculative.h"
 #include "engine/text_stream.h"
 #include "model/decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -60,6 +61,7 @@ struct Engine::Impl {
     std::unique_ptr<KvCache> cache;
     std::unique_ptr<BlockManager> blocks;
     std::unique_ptr<Scheduler> scheduler;
+    std::unique_ptr<Speculator> speculator;                          // null without a draft model
     std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs;  // engine thread only
     std::vector<float> logits;                                       // [n_sampled][n_vocab] f32
 
@@ -87,78 +89,115 @@ struct Engine::Impl {
     bool step(Status* status);
     void loop();
     void drain_inbox();
+    Status run_models(const SchedulerOutput& plan);
     Batch build_batch(const SchedulerOutput& plan) const;
+    void sample(SchedulerOutput* plan);
     void postprocess(const SchedulerOutput& plan);
-    bool check_stop(Sequence* seq, int32_t token, std::string* text, FinishReason* reason);
+    bool check_stop(Sequence* seq, int32_t token, int64_t n_output, std::string* text, FinishReason* reason);
     void emit(Sequence* seq, EngineEvent event);
     void finish(Sequence* seq, FinishReason reason, const std::string& error = "");
     void note_scheduled(const SchedulerOutput& plan);
-    int64_t update_counters(const SchedulerOutput& plan);  // returns the step's decode tokens
+    // Returns the tokens the step's decodes produced (accepted drafts included) and whether the
+    // step ran decodes only.
+    std::pair<int64_t, bool> update_counters(const SchedulerOutput& plan);
     void note_step_time(int64_t n_decode, bool decode_only, double step_seconds);
     void refresh_occupancy();
 };
 
-// One engine step: schedule -> build batch -> forward -> sample -> postprocess.
+// One engine step: schedule -> (draft) -> forward -> sample or verify -> postprocess.
 bool Engine::Impl::step(Status* status) {
     const auto t_start = EngineClock::now();
     drain_inbox();
-    const SchedulerOutput plan = scheduler->schedule();
+    if (speculator) speculator->plan(scheduler->running());  // draft tokens each decode may verify
+    SchedulerOutput plan = scheduler->schedule();
     if (plan.empty()) {
         refresh_occupancy();  // aborts drained from the inbox free their blocks without a step
         return false;
     }
     note_scheduled(plan);
-    const Batch batch = build_batch(plan);
-    if (Status st = decoder.forward(batch, *cache, &logits); !st) {
+    const auto t0 = EngineClock::now();
+    if (Status st = run_models(plan); !st) {  // the draft's proposals, then the target's forward
         for (const ScheduledSequence& s : plan.scheduled) finish(s.seq, FinishReason::Error, st.message());
         if (status != nullptr) *status = st;
         return true;
     }
+    const double model_seconds = seconds(EngineClock::now() - t0);
+    sample(&plan);            // next tokens: sampled, or accepted drafts + one
     scheduler->commit(plan);  // KV written: count the tokens, publish full blocks
-    const int64_t n_decode = update_counters(plan);
-    postprocess(plan);        // sample, append, stop checks, stream, free finished sequences
+    if (speculator) speculator->observe(plan, model_seconds);
+    const auto [n_decode, decode_only] = update_counters(plan);
+    postprocess(plan);        // stop checks, stream, free finished sequences
     refresh_occupancy();      // finished sequences no longer count as running
-    note_step_time(n_decode, n_decode == plan.n_tokens, seconds(EngineClock::now() - t_start));
+    note_step_time(n_decode, decode_only, seconds(EngineClock::now() - t_start));
     return true;
 }
 
+Status Engine::Impl::run_models(const SchedulerOutput& plan) {
+    if (speculator) MVLLM_TRY(speculator->propose(plan));
+    return decoder.forward(build_batch(plan), *cache, &logits);
+}
+
+// Each sequence's new tokens, then its drafts; logits for the last token and every draft.
 Batch Engine::Impl::build_batch(const SchedulerOutput& plan) const {
     Batch batch;
     batch.block_size = blocks->block_size();
     for (const ScheduledSequence& s : plan.scheduled) {
         const auto begin = s.seq->tokens.begin() + s.seq->n_computed;
-        batch.add_sequence(std::vector<int32_t>(begin, begin + s.n_tokens), static_cast<int32_t>(s.seq->n_computed),
-                           s.seq->blocks.blocks, s.sample);
+        std::vector<int32_t> tokens(begin, begin + s.n_tokens);
+        const std::vector<int32_t>& drafts = s.seq->draft.tokens;
+        tokens.insert(tokens.end(), drafts.begin(), drafts.end());
+        const int seq = batch.add_sequence(tokens, static_cast<int32_t>(s.seq->n_computed), s.seq->blocks.blocks, false);
+        if (s.sample) batch.want_last_logits(seq, static_cast<int32_t>(drafts.size()) + 1);
     }
     return batch;
 }
 
-void Engine::Impl::postprocess(const SchedulerOutput& plan) {
+// Sampling (no drafts) or verification: appends each sampling sequence's new tokens.
+void Engine::Impl::sample(SchedulerOutput* plan) {
     const int64_t n_vocab = decoder.config().n_vocab;
-    const auto now = EngineClock::now();
     size_t row = 0;
-    for (const ScheduledSequence& s : plan.scheduled) {
+    for (ScheduledSequence& s : plan->scheduled) {
         Sequence* seq = s.seq;
         if (!s.sample) continue;  // a prefill chunk short of the prompt's end
-        TokenLogprob logprob;
-        const int32_t token = sample_token(logits.data() + row++ * n_vocab, n_vocab, seq->params, seq->tokens,
-                                           seq->n_prompt, seq->rng, &logprob);
-        seq->tokens.push_back(token);
-        if (seq->n_output() == 1) seq->t_first_token = now;
-        EngineEvent event;
-        event.kind = EngineEvent::Kind::Token;
-        event.token_ids = {token};
-        if (seq->params.logprobs >= 0) event.logprobs.push_back(std::move(logprob));
-        FinishReason reason = FinishReason::Stop;
-        const bool done = check_stop(seq, token, &event.text, &reason);
-        emit(seq, std::move(event));
-        if (done) finish(seq, reason);
+        seq->verified = verify_draft(logits.data() + row * n_vocab, n_vocab, seq->params, seq->tokens, seq->n_prompt,
+                                     seq->draft, seq->rng);
+        row += seq->draft.tokens.size() + 1;
+        s.n_accepted = seq->verified.n_accepted;
+        seq->tokens.insert(seq->tokens.end(), seq->verified.tokens.begin(), seq->verified.tokens.end());
     }
 }
 
-// Stop conditions in order: stop token ids, EOS, stop strings, max tokens. *text receives the
-// streamable text of this token (plus the held-back tail when the request ends here).
-bool Engine::Impl::check_stop(Sequence* seq, int32_t token, std::string* text, FinishReason* reason) {
+// Streams each new token with its stop checks; a stop drops the tokens after it.
+void Engine::Impl::postprocess(const SchedulerOutput& plan) {
+    const auto now = EngineClock::now();
+    for (const ScheduledSequence& s : plan.scheduled) {
+        Sequence* seq = s.seq;
+        if (!s.sample) continue;
+        const Verification& v = seq->verified;
+        const int64_t n_output_before = seq->n_output() - static_cast<int64_t>(v.tokens.size());
+        if (n_output_before == 0) seq->t_first_token = now;
+        for (size_t i = 0; i < v.tokens.size(); ++i) {
+            EngineEvent event;
+            event.kind = EngineEvent::Kind::Token;
+            event.token_ids = {v.tokens[i]};
+            if (seq->params.logprobs >= 0) event.logprobs.push_back(v.logprobs[i]);
+            FinishReason reason = FinishReason::Stop;
+            const int64_t n_output = n_output_before + static_cast<int64_t>(i) + 1;
+            const bool done = check_stop(seq, v.tokens[i], n_output, &event.text, &reason);
+            emit(seq, std::move(event));
+            if (done) {
+                seq->tokens.resize(static_cast<size_t>(seq->n_prompt + n_output));
+                finish(seq, reason);
+                break;
+            }
+        }
+    }
+}
+
+// Stop conditions in order: stop token ids, EOS, stop strings, max tokens (n_output: the output
+// length including this token). *text receives the streamable text of this token (plus the
+// held-back tail when the request ends here).
+bool Engine::Impl::check_stop(Sequence* seq, int32_t token, int64_t n_output, std::string* text, FinishReason* reason) {
     const SamplingParams& p = seq->params;
     const bool stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
     const bool eos = !p.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end();
@@ -166,7 +205,7 @@ bool Engine::Impl::check_stop(Sequence* seq, int32_t token, std::string* text, F
     if (seq->text && !stop_id && !eos) *text = seq->stop_matcher.push(seq->text->push(token), &stopped_on_string);
     bool done = true;
     if (stop_id || eos || stopped_on_string) *reason = FinishReason::Stop;
-    else if (seq->n_output() >= seq->max_tokens) *reason = FinishReason::Length;
+    else if (n_output >= seq->max_tokens) *reason = FinishReason::Length;
     else done = false;
     if (done && seq->text && !stopped_on_string) {
         bool late_stop = false;
@@ -256,17 +295,28 @@ void Engine::Impl::refresh_occupancy() {
     counters.n_waiting = static_cast<int64_t>(scheduler->waiting().size());
 }
 
-int64_t Engine::Impl::update_counters(const SchedulerOutput& plan) {
+std::pair<int64_t, bool> Engine::Impl::update_counters(const SchedulerOutput& plan) {
     std::lock_guard<std::mutex> lock(counters_mu);
     EngineCounters& c = counters;
     ++c.n_steps;
     int64_t n_decode = 0;
+    bool decode_only = true;
     for (const ScheduledSequence& s : plan.scheduled) {
         const bool decode = s.n_tokens == 1 && s.seq->n_output() > 0;
-        (decode ? n_decode : c.n_prefill_tokens) += s.n_tokens;
+        if (decode) n_decode += s.n_tokens + s.n_accepted;  // a verification keeps its accepted drafts
+        else c.n_prefill_tokens += s.n_tokens;
+        decode_only = decode_only && decode;
     }
     c.n_decode_tokens += n_decode;
     c.n_preemptions += static_cast<int64_t>(plan.preempted.size());
+    for (const ScheduledSequence& s : plan.scheduled) {
+        const int64_t drafted = static_cast<int64_t>(s.seq->draft.tokens.size());
+        c.n_draft_tokens += drafted;
+        c.n_draft_accepted += drafted > 0 ? s.n_accepted : 0;
+        c.n_spec_steps += drafted > 0;
+        // decodes without drafts while speculation is on (probing, backing off, or no room left)
+        c.n_fallback_steps += speculator && drafted == 0 && s.sample && s.n_tokens == 1;
+    }
     c.max_step_tokens = std::max(c.max_step_tokens, plan.n_tokens);
     c.n_free_blocks = blocks->n_free();
     c.n_total_blocks = blocks->n_total();
@@ -280,7 +330,7 @@ int64_t Engine::Impl::update_counters(const SchedulerOutput& plan) {
     c.prefix_evictions = p.n_evictions;
     c.prefix_pending_waits = p.n_pending_waits;
     c.prefix_collisions = p.n_collisions;
-    return n_decode;
+    return {n_decode, decode_only};
 }
 
 void Engine::Impl::note_step_time(int64_t n_decode, bool decode_only, double step_seconds) {
@@ -326,6 +376,7 @@ Result<RequestId> Engine::Impl::submit(Request request, EventCallback on_event) 
     seq->rng.seed(seq->params.seed >= 0 ? static_cast<uint64_t>(seq->params.seed) : mix_seed(seq->id));
     if (text_streams) seq->text = text_streams();
     seq->stop_matcher = StopStringMatcher(seq->params.stop);
+    seq->draft_control = DraftController(options.speculative);
     seq->t_arrival = EngineClock::now();
     const RequestId id = seq->id;
     {
@@ -389,6 +440,9 @@ Result<std::unique_ptr<Engine>> Engine::create(Decoder& decoder, const EngineOpt
     sc.max_prefill_chunk = o.max_prefill_chunk;
     sc.policy = o.policy;
     impl->scheduler = std::make_unique<Scheduler>(sc, *impl->blocks);
+    if (o.speculative.draft != nullptr) {
+        MVLLM_ASSIGN_OR_RETURN(impl->speculator, Speculator::create(o.speculative, decoder, impl->cache->config()));
+    }
     if (tokenizer != nullptr) {
         impl->eos_ids = tokenizer->stop_ids;
         if (tokenizer->eos_id >= 0) impl->eos_ids.push_back(tokenizer->eos_id);
@@ -458,7 +512,8 @@ EngineCounters Engine::counters() const {
 
 std::string Engine::startup_report() const {
     const std::string& source = impl_->budget_source;
-    return impl_->plan.report() + (source.empty() ? "" : "; budget: " + source);
+    return impl_->plan.report() + (source.empty() ? "" : "; budget: " + source) +
+           (impl_->speculator ? "\n" + impl_->speculator->report() : "");
 }
 
 }  // namespace mvllm

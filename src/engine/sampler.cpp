@@ -32,7 +32,9 @@ int32_t argmax_row(const float* logits, int64_t n_vocab) {
     return static_cast<int32_t>(std::max_element(logits, logits + n_vocab) - logits);
 }
 
-void fill_logprobs(const float* logits, int64_t n_vocab, int32_t token, int32_t n_top, TokenLogprob* out) {
+}  // namespace
+
+void token_logprob(const float* logits, int64_t n_vocab, int32_t token, int32_t n_top, TokenLogprob* out) {
     const float max = *std::max_element(logits, logits + n_vocab);
     double sum = 0;
     for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(double(logits[i]) - max);
@@ -49,7 +51,16 @@ void fill_logprobs(const float* logits, int64_t n_vocab, int32_t token, int32_t 
     for (int64_t i = 0; i < k; ++i) out->top.push_back({idx[i], static_cast<float>(logits[idx[i]] - log_z)});
 }
 
-}  // namespace
+double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+int32_t draw_token(const std::vector<std::pair<int32_t, float>>& dist, double u) {
+    double acc = 0;
+    for (const auto& [t, p] : dist) {
+        acc += p;
+        if (u < acc) return t;
+    }
+    return dist.back().first;
+}
 
 std::vector<std::pair<int32_t, float>> sampling_distribution(const float* logits, int64_t n_vocab,
                                                              const SamplingParams& params) {
@@ -102,20 +113,9 @@ int32_t sample_token(float* logits, int64_t n_vocab, const SamplingParams& param
     if (params.temperature <= 0.0f || params.top_k == 1) {
         token = argmax_row(logits, n_vocab);
     } else {
-        const auto dist = sampling_distribution(logits, n_vocab, params);
-        // 53 random bits -> [0, 1): reproducible across platforms for one seed.
-        const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-        double acc = 0;
-        token = dist.back().first;
-        for (const auto& [t, p] : dist) {
-            acc += p;
-            if (u < acc) {
-                token = t;
-                break;
-            }
-        }
+        token = draw_token(sampling_distribution(logits, n_vocab, params), uniform01(rng));
     }
-    if (logprob != nullptr && params.logprobs >= 0) fill_logprobs(logits, n_vocab, token, params.logprobs, logprob);
+    if (logprob != nullptr && params.logprobs >= 0) token_logprob(logits, n_vocab, token, params.logprobs, logprob);
     return token;
 }
 

@@ -29,6 +29,13 @@ int32_t sample_token(float* logits, int64_t n_vocab, const SamplingParams& param
                      const std::vector<int32_t>& tokens, int64_t n_prompt, std::mt19937_64& rng,
                      TokenLogprob* logprob);
 
+// A uniform draw in [0, 1) from 53 random bits (reproducible across platforms for one seed).
+double uniform01(std::mt19937_64& rng);
+// The token of dist (pairs summing to 1) where the cumulative probability first exceeds u.
+int32_t draw_token(const std::vector<std::pair<int32_t, float>>& dist, double u);
+// The logprob of token under the (penalised) logits, and the n_top best ones.
+void token_logprob(const float* logits, int64_t n_vocab, int32_t token, int32_t n_top, TokenLogprob* out);
+
 // Checks ranges (temperature >= 0, 0 < top_p <= 1, ...); an error message names the field.
 Status validate_sampling_params(const SamplingParams& params);
 

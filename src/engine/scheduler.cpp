@@ -29,6 +29,7 @@ void Scheduler::preempt(Sequence* seq, SchedulerOutput* out) {
     running_.erase(std::find(running_.begin(), running_.end(), seq));
     blocks_.release(&seq->blocks);
     seq->n_computed = 0;
+    seq->n_draft_computed = 0;
     ++seq->stats.n_preemptions;
     waiting_.push_front(seq);
     out->preempted.push_back(seq);
@@ -43,6 +44,12 @@ Sequence* Scheduler::pick_victim(const Sequence* requester) const {
 bool Scheduler::schedule_running(Sequence* seq, bool decode_pass, int64_t* budget, SchedulerOutput* out) {
     int64_t n = std::min<int64_t>(seq->n_uncomputed(), *budget);
     if (!decode_pass && config_.max_prefill_chunk > 0) n = std::min<int64_t>(n, config_.max_prefill_chunk);
+    // Draft slots only from blocks no running sequence may need for its own next token.
+    int64_t n_draft = decode_pass ? std::min<int64_t>(seq->n_lookahead, *budget - n) : 0;
+    if (n_draft > 0 && (blocks_.blocks_needed(seq->blocks, seq->n_computed + n + n_draft) +
+                            static_cast<int64_t>(running_.size()) > blocks_.n_free() ||
+                        !blocks_.allocate(&seq->blocks, seq->n_computed + n + n_draft)))
+        n_draft = 0;
     while (!blocks_.allocate(&seq->blocks, seq->n_computed + n)) {
         Sequence* victim = pick_victim(seq);
         if (victim != nullptr) {
@@ -58,16 +65,21 @@ bool Scheduler::schedule_running(Sequence* seq, bool decode_pass, int64_t* budge
         if (n <= 0 || !blocks_.allocate(&seq->blocks, seq->n_computed + n)) return false;
         break;
     }
-    push(seq, n, budget, out);
+    push(seq, n, n_draft, budget, out);
     return true;
 }
 
-void Scheduler::push(Sequence* seq, int64_t n, int64_t* budget, SchedulerOutput* out) {
+void Scheduler::push(Sequence* seq, int64_t n, int64_t n_draft, int64_t* budget, SchedulerOutput* out) {
     register_blocks(seq);
     seq->scheduled = true;
-    out->scheduled.push_back({seq, static_cast<int32_t>(n), seq->n_computed + n == seq->n_tokens()});
-    out->n_tokens += n;
-    *budget -= n;
+    ScheduledSequence s;
+    s.seq = seq;
+    s.n_tokens = static_cast<int32_t>(n);
+    s.sample = seq->n_computed + n == seq->n_tokens();
+    s.n_draft = static_cast<int32_t>(n_draft);
+    out->scheduled.push_back(s);
+    out->n_tokens += n + n_draft;
+    *budget -= n + n_draft;
 }
 
 std::vector<Sequence*> Scheduler::waiting_in_policy_order() const {
@@ -103,7 +115,7 @@ void Scheduler::admit_waiting(int64_t* budget, SchedulerOutput* out) {
         if (seq->stats.n_preemptions == 0) seq->stats.n_prefix_tokens_reused = n_cached;
         waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
         running_.push_back(seq);
-        push(seq, n, budget, out);
+        push(seq, n, 0, budget, out);
     }
 }
 
@@ -134,7 +146,7 @@ SchedulerOutput Scheduler::schedule() {
 
 void Scheduler::commit(const SchedulerOutput& out) {
     for (const ScheduledSequence& s : out.scheduled) {
-        s.seq->n_computed += s.n_tokens;
+        s.seq->n_computed += s.n_tokens + s.n_accepted;
         register_blocks(s.seq);
     }
 }

@@ -7,6 +7,8 @@
 // When a running sequence needs a block and none is free, the lowest-priority running sequence
 // not yet scheduled this step is preempted: its blocks are freed and it goes back to the front of
 // the waiting queue to be recomputed later (prompt + output so far). Nothing is ever aborted.
+// A decode of a sequence with n_lookahead > 0 also reserves slots for that many draft tokens when
+// the budget and free blocks allow (speculation never preempts anyone).
 #pragma once
 
 #include <deque>
@@ -28,6 +30,9 @@ struct ScheduledSequence {
     Sequence* seq = nullptr;
     int32_t n_tokens = 0;  // tokens of seq->tokens from seq->n_computed to run this step
     bool sample = false;   // they reach the last token: its logits give the next token
+    int32_t n_draft = 0;   // decode of a speculating sequence: draft tokens verified after it
+                           // (slots reserved; the budget counts them)
+    int32_t n_accepted = 0;  // set after verification: drafts whose KV is kept
 };
 
 struct SchedulerOutput {
@@ -44,7 +49,8 @@ public:
     void add(Sequence* seq);     // to the back of the waiting queue
     void remove(Sequence* seq);  // finished or aborted: frees its blocks now
     SchedulerOutput schedule();
-    // After the step ran: counts the scheduled tokens as computed and publishes full blocks.
+    // After the step ran: counts the scheduled tokens (and accepted drafts) as computed and
+    // publishes full blocks.
     void commit(const SchedulerOutput& out);
 
     bool idle() const { return waiting_.empty() && running_.empty(); }
@@ -60,7 +66,7 @@ private:
     Sequence* pick_victim(const Sequence* requester) const;
     void preempt(Sequence* seq, SchedulerOutput* out);
     void register_blocks(Sequence* seq);
-    void push(Sequence* seq, int64_t n, int64_t* budget, SchedulerOutput* out);
+    void push(Sequence* seq, int64_t n, int64_t n_draft, int64_t* budget, SchedulerOutput* out);
 
     SchedulerConfig config_;
     BlockManager& blocks_;

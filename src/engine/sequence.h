@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/draft_policy.h"
 #include "engine/engine.h"
 #include "engine/stop_strings.h"
+#include "engine/verify.h"
 #include "kv/block_manager.h"
 
 namespace mvllm {
@@ -27,6 +29,14 @@ struct Sequence {
     BlockTable blocks;
     SamplingParams params;
     bool scheduled = false;        // scratch flag of the scheduler during one schedule()
+
+    // speculative decoding (engine/speculative.h): the draft model's KV lives in its own cache
+    // under the same block table and is valid for tokens [0, n_draft_computed)
+    int32_t n_lookahead = 0;       // draft tokens the next decode may verify (scheduler reserves slots)
+    int64_t n_draft_computed = 0;
+    DraftProposal draft;           // this step's proposal
+    DraftController draft_control;
+    Verification verified;         // this step's new tokens (accepted drafts + one)
 
     // streaming
     EventCallback on_event;

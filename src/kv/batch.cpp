@@ -28,6 +28,12 @@ int Batch::add_sequence(const std::vector<int32_t>& tokens, int32_t start_pos,
     return static_cast<int>(seqs.size()) - 1;
 }
 
+void Batch::want_last_logits(int seq, int32_t n) {
+    const BatchSequence& s = seqs.at(static_cast<size_t>(seq));
+    MVLLM_CHECK(n >= 0 && n <= s.n_tokens) << n << " logit rows of a sequence of " << s.n_tokens << " rows";
+    for (int32_t i = s.n_tokens - n; i < s.n_tokens; ++i) logit_rows.push_back(s.token_begin + i);
+}
+
 void Batch::want_all_logits() {
     logit_rows.clear();
     for (int32_t i = 0; i < n_tokens(); ++i) logit_rows.push_back(i);

@@ -39,6 +39,9 @@ struct Batch {
     // them. Returns the index of the sequence. If want_logits, the last row is added to logit_rows.
     int add_sequence(const std::vector<int32_t>& tokens, int32_t start_pos,
                      const std::vector<int32_t>& table, bool want_logits);
+    // Requests logits for the last n rows of sequence `seq` (speculative verification: one row
+    // per drafted position plus one), appended to logit_rows in position order.
+    void want_last_logits(int seq, int32_t n);
     // Requests logits for every row (golden tests compare all positions).
     void want_all_logits();
 };

@@ -204,6 +204,7 @@ void Server::Impl::run_generation(std::shared_ptr<Generation> gen, std::vector<s
                     --*live;
                     metrics->observe_finish(std::chrono::duration<double>(now - timing->arrival).count(),
                                             e.stats.n_prompt_tokens, e.stats.n_output_tokens, e.reason);
+                    metrics->observe_speculation(e.stats);
                 }
                 channel->push({c, e});
             };

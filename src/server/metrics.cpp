@@ -25,11 +25,11 @@ std::vector<double> latency_bounds() {
 
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
 
-void Histogram::observe(double value) {
+void Histogram::observe(double value, int64_t count) {
     const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
-    ++counts_[bucket];
-    sum_ += value;
-    ++count_;
+    counts_[bucket] += count;
+    sum_ += value * count;
+    count_ += count;
 }
 
 std::string Histogram::render(const std::string& name) const {
@@ -44,7 +44,19 @@ std::string Histogram::render(const std::string& name) const {
     return out.str();
 }
 
-ServerMetrics::ServerMetrics() : ttft_(latency_bounds()), inter_token_(latency_bounds()), e2e_(latency_bounds()) {}
+ServerMetrics::ServerMetrics()
+    : ttft_(latency_bounds()), inter_token_(latency_bounds()), e2e_(latency_bounds()),
+      accepted_length_({0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32}) {}
+
+void ServerMetrics::observe_speculation(const RequestStats& st) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    n_draft_tokens_ += st.n_draft_tokens;
+    n_accepted_tokens_ += st.n_draft_accepted;
+    n_verifications_ += st.n_spec_steps;
+    n_fallback_steps_ += st.n_fallback_steps;
+    for (size_t len = 0; len < st.accepted_lengths.size(); ++len)
+        if (st.accepted_lengths[len] > 0) accepted_length_.observe(double(len), st.accepted_lengths[len]);
+}
 
 void ServerMetrics::observe_ttft(double seconds) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -100,6 +112,17 @@ std::string ServerMetrics::render(const EngineCounters& c) const {
         << "# TYPE mvllm:request_rejected_total counter\n";
     for (const auto& [status, n] : n_rejected_)
         out << "mvllm:request_rejected_total{status=\"" << status << "\"} " << n << "\n";
+    auto counter = [&out](const char* name, const char* help, int64_t value) {
+        out << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n" << name << " " << value << "\n";
+    };
+    counter("mvllm:spec_decode_num_draft_tokens_total", "Draft tokens verified (finished requests).", n_draft_tokens_);
+    counter("mvllm:spec_decode_num_accepted_tokens_total", "Draft tokens accepted (finished requests).", n_accepted_tokens_);
+    counter("mvllm:spec_decode_num_verifications_total", "Verification steps with drafts (finished requests).",
+            n_verifications_);
+    counter("mvllm:spec_decode_num_fallback_steps_total",
+            "Decode steps without drafts while speculation was on (finished requests).", n_fallback_steps_);
+    out << "# HELP mvllm:spec_decode_accepted_length Draft tokens accepted per verification.\n"
+        << "# TYPE mvllm:spec_decode_accepted_length histogram\n" << accepted_length_.render("mvllm:spec_decode_accepted_length");
     out << "# HELP mvllm:time_to_first_token_seconds Arrival to first token.\n"
         << "# TYPE mvllm:time_to_first_token_seconds histogram\n"
         << ttft_.render("mvllm:time_to_first_token_seconds");
