@@ -28,6 +28,11 @@ The step count is fixed after 30 steps from their measured time (budget / step t
 included) against about 40 ms later, so it trained 60 s, not the full budget (models/README.md).
 
 Then, here: mvllm convert WORK/mvllm-austen models/mvllm-austen-q8_0.gguf --type q8_0
+
+The speculative-decoding draft (models/README.md) is a smaller geometry trained the same way on the
+same corpus but with the default model's own tokenizer (--tokenizer-vocab, the JSON that
+scripts/gguf_vocab.py writes from its GGUF), so that both share one vocabulary exactly:
+    --name mvllm-austen-draft --tar-name draft_model --layers 4 --hidden 256 --heads 8 --kv-heads 2 --ffn 768
 """
 import argparse
 import io
@@ -95,20 +100,56 @@ def chat_documents(train_texts, n_pairs, rng):
 # tokenizer
 
 
-def train_tokenizer(texts, vocab_size, out_dir):
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+def pre_tokenized_bpe(bpe_model):
+    """A byte-level BPE tokenizer around bpe_model with Qwen2's pre-tokenizer expression."""
+    from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers
 
-    tok = Tokenizer(models.BPE())
+    tok = Tokenizer(bpe_model)
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def train_tokenizer(texts, vocab_size):
+    from tokenizers import models, pre_tokenizers, trainers
+
+    tok = pre_tokenized_bpe(models.BPE())
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, min_frequency=2, show_progress=False, special_tokens=SPECIALS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     paras = [p for t in texts for p in t.split("\n\n")]
     tok.train_from_iterator(paras, trainer=trainer)
+    return tok
+
+
+def load_tokenizer(vocab_path):
+    """The tokenizer of an existing model from its vocabulary (scripts/gguf_vocab.py writes it from
+    a GGUF): the same tokens under the same ids and the same merges, so that a model trained with it
+    shares the vocabulary exactly (a speculative-decoding draft must). Exits when anything differs."""
+    from tokenizers import models
+
+    v = json.load(open(vocab_path, encoding="utf-8"))
+    if v.get("model") != "gpt2":
+        sys.exit("%s: not a byte-level BPE vocabulary" % vocab_path)
+    tokens = v["tokens"]
+    merges = [tuple(m.split(" ", 1)) for m in v["merges"]]
+    tok = pre_tokenized_bpe(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+    tok.add_special_tokens(SPECIALS)
+    vocab = tok.get_vocab()
+    bad = [t for i, t in enumerate(tokens) if vocab.get(t) != i]
+    if len(vocab) != len(tokens) or bad:
+        sys.exit("%s: the rebuilt tokenizer differs (%d tokens vs %d; first mismatches %r)" % (
+            vocab_path, len(vocab), len(tokens), bad[:5]))
+    for i, s in enumerate(SPECIALS):
+        if tokens[i] != s:
+            sys.exit("%s: token %d is %r, expected the special %r" % (vocab_path, i, tokens[i], s))
+    return tok
+
+
+def save_tokenizer(tok, out_dir):
     path = os.path.join(out_dir, "tokenizer.json")
     tok.save(path)
     saved = json.load(open(path, encoding="utf-8"))
@@ -135,7 +176,7 @@ def train_tokenizer(texts, vocab_size, out_dir):
         "unk_token": None,
     }
     json.dump(cfg, open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8"), indent=2)
-    return tok, ids
+    return ids
 
 
 def encode_docs(tok, docs, eot_id):
@@ -155,7 +196,8 @@ def make_config(args, vocab_size, eot_id):
     from transformers import Qwen2Config
 
     kw = dict(vocab_size=vocab_size, hidden_size=args.hidden, intermediate_size=args.ffn,
-              num_hidden_layers=args.layers, num_attention_heads=14, num_key_value_heads=2,
+              num_hidden_layers=args.layers, num_attention_heads=args.heads,
+              num_key_value_heads=args.kv_heads,
               max_position_embeddings=args.ctx, rms_norm_eps=1e-6, tie_word_embeddings=True,
               attention_dropout=args.dropout, initializer_range=0.02, use_sliding_window=False,
               bos_token_id=eot_id, eos_token_id=eot_id, pad_token_id=eot_id, use_cache=True)
@@ -365,21 +407,21 @@ def write_svg(path, steps, train_loss, val_steps, val_loss, title):
     open(path, "w").write("\n".join(o) + "\n")
 
 
-def pack(model_dir, out):
-    """OUT/default_model.tar, or OUT/default_model.tar.partN pieces when over PART_BYTES."""
+def pack(model_dir, out, name):
+    """OUT/NAME.tar, or OUT/NAME.tar.partN pieces when over PART_BYTES."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         tar.add(model_dir, arcname=os.path.basename(model_dir))
     data = buf.getvalue()
     for f in os.listdir(out):
-        if f.startswith("default_model.tar"):
+        if f.startswith(name + ".tar"):
             os.remove(os.path.join(out, f))
     if len(data) <= PART_BYTES:
-        open(os.path.join(out, "default_model.tar"), "wb").write(data)
+        open(os.path.join(out, name + ".tar"), "wb").write(data)
         return 1
     n = 0
     for i in range(0, len(data), PART_BYTES):
-        open(os.path.join(out, "default_model.tar.part%d" % n), "wb").write(data[i:i + PART_BYTES])
+        open(os.path.join(out, "%s.tar.part%d" % (name, n)), "wb").write(data[i:i + PART_BYTES])
         n += 1
     return n
 
@@ -397,6 +439,15 @@ def main():
     ap.add_argument("--hidden", type=int, default=448)
     ap.add_argument("--ffn", type=int, default=1536)
     ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=14, help="query heads (hidden / heads is the head size)")
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--name", default="mvllm-austen", help="the model folder's name")
+    ap.add_argument("--tar-name", default="default_model", help="OUT/TAR_NAME.tar[.partN]")
+    ap.add_argument("--tokenizer-vocab", default="",
+                    help="reuse an existing model's tokenizer (JSON of scripts/gguf_vocab.py) instead of training one")
+    ap.add_argument("--check-sample-ids", default="",
+                    help="metrics.json of the model whose tokenizer is reused: its heldout_sample.ids_head is "
+                         "compared with this run's encoding of the sample (logged)")
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--batch", type=int, default=16)
@@ -430,13 +481,16 @@ def main():
     log("torch", torch.__version__, "transformers", transformers.__version__, "tokenizers",
         tokenizers.__version__, "device", torch.cuda.get_device_name(0) if device == "cuda" else "cpu")
 
-    model_dir = os.path.join(args.work, "mvllm-austen")
+    if args.hidden % args.heads or args.heads % args.kv_heads:
+        sys.exit("--hidden must be a multiple of --heads, and --heads of --kv-heads")
+    model_dir = os.path.join(args.work, args.name)
     os.makedirs(model_dir, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
 
     # 1. corpus and tokenizer
     train_texts, val_texts, held_texts = read_corpus(args.corpus, args.val_fraction)
-    tok, sid = train_tokenizer(train_texts, args.vocab, model_dir)
+    tok = load_tokenizer(args.tokenizer_vocab) if args.tokenizer_vocab else train_tokenizer(train_texts, args.vocab)
+    sid = save_tokenizer(tok, model_dir)
     V = tok.get_vocab_size()
     eot, im_end = sid[EOT], sid[IM_END]
     log("tokenizer: %d tokens, specials %s" % (V, sid))
@@ -446,6 +500,12 @@ def main():
     held_ids = encode_docs(tok, held_texts, eot)
     sample_text = open(args.heldout_sample, encoding="utf-8").read() if os.path.exists(args.heldout_sample) else ""
     sample_ids = tok.encode(sample_text, add_special_tokens=False).ids if sample_text else []
+    if args.check_sample_ids:
+        want = json.load(open(args.check_sample_ids))["heldout_sample"]["ids_head"]
+        same = sample_ids[:len(want)] == want
+        log("tokenizer check: the held-out sample's first %d ids %s %s's%s" % (
+            len(want), "equal" if same else "DIFFER FROM", args.check_sample_ids,
+            "" if same else ": %r vs %r" % (sample_ids[:len(want)], want)))
     held_bytes = sum(len(t.encode()) for t in held_texts)
     log("tokens: train %d (with %d chat exchanges), val %d, held-out %d (%.2f bytes/token), sample %d" % (
         len(train_ids), len(chat), len(val_ids), len(held_ids), held_bytes / len(held_ids), len(sample_ids)))
@@ -547,8 +607,8 @@ def main():
     n_shards = save_weights(model, model_dir)
     save_config(model, model_dir, eot, im_end)
     write_svg(os.path.join(model_dir, "loss.svg"), hist_steps, hist_loss, val_steps, val_hist,
-              "mvllm-austen: %d params, %d steps, batch %dx%d" % (n_params, step, B, T))
-    log("saved %d shards; packed into %d file(s)" % (n_shards, pack(model_dir, args.out)))
+              "%s: %d params, %d steps, batch %dx%d" % (args.name, n_params, step, B, T))
+    log("saved %d shards; packed into %d file(s)" % (n_shards, pack(model_dir, args.out, args.tar_name)))
 
     # 4. metrics and samples
     metrics = {
@@ -601,7 +661,7 @@ def main():
         json.dump(metrics, open(os.path.join(d, "metrics.json"), "w"), indent=2)
     import shutil
     shutil.copy(os.path.join(model_dir, "loss.svg"), os.path.join(args.out, "loss.svg"))
-    log("packed into %d file(s); done" % pack(model_dir, args.out))
+    log("packed into %d file(s); done" % pack(model_dir, args.out, args.tar_name))
 
 
 if __name__ == "__main__":
