@@ -68,54 +68,66 @@ int cmd_bench_spec(BenchSpecArgs& a) {
     if (!a.no_self_draft) configs.push_back({"self draft (ceiling)", true, true, DraftPolicy::Fixed, false});
     const SpeculativeOptions base = rt->speculative;
     nlohmann::json rows = nlohmann::json::array();
-    std::printf("| prompt | configuration | decode tok/s | speed-up | acceptance | tokens/verification | plain steps |\n");
+    std::printf("| prompt | configuration | decode tok/s | speed-up | acceptance | tokens/verification | plain steps/run |\n");
     std::printf("|---|---|---|---|---|---|---|\n");
+    // One greedy request on a fresh engine (fresh controllers, no prefix reuse between runs).
+    auto run_once = [&](const Config& cfg, const std::vector<int32_t>& prompt) -> Result<RequestStats> {
+        rt->speculative = base;
+        rt->speculative.draft = !cfg.speculate ? nullptr : cfg.self_draft ? rt->decoder.get() : base.draft;
+        rt->speculative.policy = cfg.policy;
+        rt->speculative.fallback = cfg.fallback;
+        MVLLM_ASSIGN_OR_RETURN(auto engine, make_cli_engine(*rt, a.run, static_cast<int64_t>(prompt.size()) + a.n_predict));
+        Request req;
+        req.prompt_ids = prompt;
+        req.sampling.temperature = 0;
+        req.sampling.max_tokens = a.n_predict;
+        req.sampling.ignore_eos = true;
+        MVLLM_ASSIGN_OR_RETURN(GenerationResult result, run_request(*engine, std::move(req), nullptr));
+        return result.stats;
+    };
     for (const auto& [prompt_name, text] : {std::pair<std::string, std::string>{"corpus", a.corpus_prompt},
                                             {"free-form", a.free_prompt}}) {
         const std::vector<int32_t> prompt = tok->encode(text, tok->add_bos_default, false);
+        // Repeats go round the configurations, so that a noisy machine's load falls on all alike.
+        std::vector<std::vector<RequestStats>> stats(configs.size());
+        for (int r = 0; r < a.repeat; ++r)
+            for (size_t c = 0; c < configs.size(); ++c) {
+                auto st = run_once(configs[c], prompt);
+                if (!st) return fail(st.status());
+                stats[c].push_back(*st);
+            }
         double baseline = 0;
-        for (const Config& cfg : configs) {
-            rt->speculative = base;
-            rt->speculative.draft = !cfg.speculate ? nullptr : cfg.self_draft ? rt->decoder.get() : base.draft;
-            rt->speculative.policy = cfg.policy;
-            rt->speculative.fallback = cfg.fallback;
+        for (size_t c = 0; c < configs.size(); ++c) {
+            const Config& cfg = configs[c];
             std::vector<double> tps;
-            RequestStats last;
+            int64_t drafted = 0, accepted = 0, verifications = 0, plain_steps = 0;
             nlohmann::json runs = nlohmann::json::array();
-            for (int r = 0; r < a.repeat; ++r) {
-                auto engine = make_cli_engine(*rt, a.run, static_cast<int64_t>(prompt.size()) + a.n_predict);
-                if (!engine) return fail(engine.status());
-                Request req;
-                req.prompt_ids = prompt;
-                req.sampling.temperature = 0;
-                req.sampling.max_tokens = a.n_predict;
-                req.sampling.ignore_eos = true;
-                auto result = run_request(**engine, std::move(req), nullptr);
-                if (!result) return fail(result.status());
-                last = result->stats;
-                tps.push_back(last.decode_seconds > 0 ? (last.n_output_tokens - 1) / last.decode_seconds : 0);
-                runs.push_back({{"decode_tok_s", tps.back()}, {"drafted", last.n_draft_tokens},
-                                {"accepted", last.n_draft_accepted}, {"verifications", last.n_spec_steps},
-                                {"plain_steps", last.n_fallback_steps}, {"accepted_lengths", last.accepted_lengths}});
+            for (const RequestStats& st : stats[c]) {
+                tps.push_back(st.decode_seconds > 0 ? (st.n_output_tokens - 1) / st.decode_seconds : 0);
+                drafted += st.n_draft_tokens, accepted += st.n_draft_accepted, verifications += st.n_spec_steps,
+                    plain_steps += st.n_fallback_steps;
+                runs.push_back({{"decode_tok_s", tps.back()}, {"drafted", st.n_draft_tokens},
+                                {"accepted", st.n_draft_accepted}, {"verifications", st.n_spec_steps},
+                                {"plain_steps", st.n_fallback_steps}, {"accepted_lengths", st.accepted_lengths}});
             }
             const double tok_s = median(tps);
             if (!cfg.speculate) baseline = tok_s;
-            const double acceptance = last.n_draft_tokens ? double(last.n_draft_accepted) / last.n_draft_tokens : 0;
-            const double per_verification =
-                last.n_spec_steps ? double(last.n_draft_accepted + last.n_spec_steps) / last.n_spec_steps : 1.0;
+            const double acceptance = drafted ? double(accepted) / drafted : 0;
+            const double per_verification = verifications ? double(accepted + verifications) / verifications : 1.0;
             char accept_text[32] = "-";
             if (cfg.speculate) std::snprintf(accept_text, sizeof(accept_text), "%.1f%%", 100 * acceptance);
-            std::printf("| %s | %s | %.1f | %.2fx | %s | %.2f | %lld |\n", prompt_name.c_str(), cfg.name.c_str(), tok_s,
+            std::printf("| %s | %s | %.1f | %.2fx | %s | %.2f | %.1f |\n", prompt_name.c_str(), cfg.name.c_str(), tok_s,
                         baseline > 0 ? tok_s / baseline : 0.0, accept_text, per_verification,
-                        (long long)last.n_fallback_steps);
-            std::fflush(stdout);
+                        double(plain_steps) / a.repeat);
             rows.push_back({{"prompt", prompt_name}, {"prompt_tokens", prompt.size()}, {"configuration", cfg.name},
                             {"speculate", cfg.speculate}, {"self_draft", cfg.self_draft},
                             {"policy", cfg.speculate ? draft_policy_name(cfg.policy) : "none"},
                             {"fallback", cfg.speculate && cfg.fallback}, {"decode_tok_s_median", tok_s},
                             {"speedup", baseline > 0 ? tok_s / baseline : 0.0}, {"acceptance_rate", acceptance},
-                            {"tokens_per_verification", per_verification}, {"runs", runs}});
+                            {"tokens_per_verification", per_verification},
+                            {"plain_steps_per_run", double(plain_steps) / a.repeat}, {"runs", runs}});
         }
+        std::fflush(stdout);
     }
     if (!a.json_out.empty()) {
         std::time_t now = std::time(nullptr);

@@ -81,7 +81,7 @@ fi
 DRAFT=$FIX/../../models/mvllm-austen-draft-q8_0.gguf
 sd=$("$MVLLM" generate --prompt "Elizabeth" -n 40 --temperature 0 -t 2 --draft-model "$DRAFT" --draft-tokens 3 2>"$TMP/spec.err")
 check "generate --draft-model gives the same greedy text" '[ "$sd" = "$g" ]'
-check "draft statistics in the stats line" 'grep -q "draft: proposed [0-9]*, accepted [0-9]* (.*), accepted lengths \[" "$TMP/spec.err"'
+check "draft statistics in the stats line" 'grep -q "draft: proposed [0-9]*, accepted [0-9]* (.*), .* tokens/verification, .*accepted lengths \[" "$TMP/spec.err"'
 out=$("$MVLLM" generate -m "$LLAMA" --prompt-ids "$PROMPT" -n 32 --ids-out -t 2 --draft-model "$LLAMA" --draft-policy accepted-length 2>/dev/null)
 check "generate with the model as its own draft == transformers greedy" '[ "$out" = "$GREEDY" ]'
 expect_error "draft with another vocabulary" "same vocabulary" "$MVLLM" generate -m "$LLAMA" --prompt-ids "1 2" -n 2 --draft-model "$QWEN"

@@ -94,5 +94,29 @@ TEST(ServerMetricsText, HistogramsAndGauges) {
     EXPECT_NE(text.find("mvllm:request_success_total{finished_reason=\"length\"} 1\n"), std::string::npos);
 }
 
+TEST(ServerMetricsText, SpeculativeDecodingCounters) {
+    ServerMetrics m;
+    RequestStats a, b;
+    a.n_draft_tokens = 12, a.n_draft_accepted = 7, a.n_spec_steps = 3, a.n_fallback_steps = 2;
+    a.accepted_lengths = {0, 1, 1, 0, 1};  // 1 + 2 + 4 accepted
+    b.n_draft_tokens = 4, b.n_draft_accepted = 0, b.n_spec_steps = 1;
+    b.accepted_lengths = {1, 0, 0, 0, 0};
+    m.observe_speculation(a);
+    m.observe_speculation(b);
+    m.observe_speculation(RequestStats{});  // a request without a draft changes nothing
+    const std::string text = m.render(EngineCounters{});
+    EXPECT_NE(text.find("mvllm:spec_decode_num_draft_tokens_total 16\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("mvllm:spec_decode_num_accepted_tokens_total 7\n"), std::string::npos);
+    EXPECT_NE(text.find("mvllm:spec_decode_num_verifications_total 4\n"), std::string::npos);
+    EXPECT_NE(text.find("mvllm:spec_decode_num_fallback_steps_total 2\n"), std::string::npos);
+    // Verifications by accepted length: 0 (b), 1, 2, 4: cumulative 1, 2, 3, 3, 4.
+    EXPECT_NE(text.find("mvllm:spec_decode_accepted_length_bucket{le=\"0\"} 1\n"), std::string::npos);
+    EXPECT_NE(text.find("mvllm:spec_decode_accepted_length_bucket{le=\"2\"} 3\n"), std::string::npos);
+    EXPECT_NE(text.find("mvllm:spec_decode_accepted_length_bucket{le=\"3\"} 3\n"), std::string::npos);
+    EXPECT_NE(text.find("mvllm:spec_decode_accepted_length_bucket{le=\"4\"} 4\n"), std::string::npos);
+    EXPECT_NE(text.find("mvllm:spec_decode_accepted_length_sum 7\n"), std::string::npos);
+    EXPECT_NE(text.find("mvllm:spec_decode_accepted_length_count 4\n"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace mvllm::server

@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -32,7 +33,8 @@ struct Fixture {
     std::atomic<bool> stop{false}, paused{false};
     std::thread stepper;
 
-    explicit Fixture(ServerOptions o = {}, int step_delay_ms = 1, bool listen = true) {
+    // self_draft: speculative decoding with the model as its own draft (fallback off).
+    explicit Fixture(ServerOptions o = {}, int step_delay_ms = 1, bool listen = true, bool self_draft = false) {
         model = std::move(load_model(MVLLM_FIXTURE_DIR "/tiny-llama").value());
         CpuBackendOptions bo;
         bo.n_threads = 1;
@@ -42,6 +44,11 @@ struct Fixture {
         eo.kv_cache_blocks = 64;
         eo.block_size = 16;
         eo.max_model_len = 512;
+        if (self_draft) {
+            eo.speculative.draft = decoder.get();
+            eo.speculative.draft_tokens = 3;
+            eo.speculative.fallback = false;
+        }
         engine = std::move(Engine::create(*decoder, eo).value());
         o.port = 0;
         o.max_model_len = 512;
@@ -88,6 +95,32 @@ std::vector<int32_t> engine_greedy(Engine& engine, std::vector<int32_t> prompt, 
     }).is_ok());
     while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return out;
+}
+
+TEST(ServerHttp, SpeculativeGreedyCompletionAndMetrics) {
+    Fixture f({}, 1, /*listen=*/true, /*self_draft=*/true);
+    std::ifstream in(MVLLM_FIXTURE_DIR "/tiny-llama/reference.json");
+    const json ref = json::parse(in);  // transformers' greedy continuation
+    const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
+    const auto expected = ref["greedy_ids"].get<std::vector<int32_t>>();
+    json body = {{"prompt", prompt}, {"max_tokens", expected.size()}, {"temperature", 0}, {"logprobs", 0},
+                 {"ignore_eos", true}, {"stream", true}};
+    auto res = f.client().Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    std::vector<int32_t> streamed;
+    for (size_t pos = 0; (pos = res->body.find("data: {", pos)) != std::string::npos;) {
+        const size_t end = res->body.find("\n\n", pos);
+        const json chunk = json::parse(res->body.substr(pos + 6, end - pos - 6));
+        pos = end;
+        for (const auto& t : ids_from_logprobs(chunk["choices"][0]["logprobs"]["tokens"])) streamed.push_back(t);
+    }
+    EXPECT_EQ(streamed, expected);
+    auto metrics = f.client().Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_EQ(metrics->body.find("mvllm:spec_decode_num_draft_tokens_total 0\n"), std::string::npos) << metrics->body;
+    EXPECT_NE(metrics->body.find("mvllm:spec_decode_num_draft_tokens_total "), std::string::npos);
+    EXPECT_NE(metrics->body.find("mvllm:spec_decode_accepted_length_count "), std::string::npos);
 }
 
 TEST(ServerHttp, ModelsHealthAndGreedyCompletion) {
