@@ -149,7 +149,7 @@ int cmd_bench_spec(BenchSpecArgs& a) {
 
 void register_spec_commands(CLI::App& app) {
     static BenchSpecArgs a;
-    CLI::App* bench = app.get_subcommand("bench");
+    CLI::App* bench = bench_group(app);
     CLI::App* s = bench->add_subcommand("spec", "Speculative decoding: target-only vs each draft policy (greedy, tok/s)");
     add_run_options(s, &a.run);
     add_draft_options(s, &a.run);
