@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Speculative-decoding benchmark (issue 9): runs `mvllm bench spec` and writes
-bench/results/<name>.json and an SVG bar chart of decode tok/s per prompt and configuration
-(the SVG writer of scripts/bench_cpu.py).
+bench/results/<name>.json and SVG bar charts (the SVG writer of scripts/bench_cpu.py) of decode
+tok/s (<name>.svg) and of generated tokens per CPU-second (<name>_cpu.svg) per prompt and
+configuration.
 
   scripts/bench_spec.py --mvllm build/bin/mvllm --draft models/mvllm-austen-draft-q8_0.gguf [-t 2]
 """
@@ -45,7 +46,10 @@ def main():
     svg_bars(f"Speculative decoding ({r['device'].split(' (')[0]}): decode tok/s, K={r['draft_tokens']}, "
              f"{r['n_predict']} tokens greedy", labels, [x["decode_tok_s_median"] for x in rows], "tok/s",
              f"{a.out}/{a.name}.svg")
-    print(f"wrote {a.out}/{a.name}.json and .svg", file=sys.stderr)
+    svg_bars(f"Speculative decoding ({r['device'].split(' (')[0]}): generated tokens per CPU-second, "
+             f"K={r['draft_tokens']}", labels, [x["tok_per_cpu_s_median"] for x in rows], "tok/CPU-s",
+             f"{a.out}/{a.name}_cpu.svg")
+    print(f"wrote {a.out}/{a.name}.json, .svg and _cpu.svg", file=sys.stderr)
 
 
 if __name__ == "__main__":
