@@ -53,13 +53,35 @@ void token_logprob(const float* logits, int64_t n_vocab, int32_t token, int32_t 
 
 double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 
-int32_t draw_token(const std::vector<std::pair<int32_t, float>>& dist, double u) {
-    double acc = 0;
+namespace {
+
+// SplitMix64's finaliser: a counter-based generator, one independent 64-bit value per input.
+uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+}  // namespace
+
+int32_t draw_token(const std::vector<std::pair<int32_t, float>>& dist, uint64_t key) {
+    // Exponential race (the Gumbel-max trick): token t gets its own Exp(1) variable e_t from
+    // (key, t) and the draw is argmax p_t / e_t, which picks t with probability p_t exactly.
+    // Unlike walking a cumulative sum, the choice only changes when the two best scores are
+    // within rounding of each other, so float noise in the logits (another batch shape, another
+    // kernel) almost never changes a seeded request's text, however large the vocabulary.
+    int32_t best = dist.front().first;
+    double best_score = -1;
     for (const auto& [t, p] : dist) {
-        acc += p;
-        if (u < acc) return t;
+        const double u = (static_cast<double>(mix64(key ^ mix64(static_cast<uint64_t>(t))) >> 11) + 0.5) * 0x1.0p-53;
+        const double score = p / -std::log(u);
+        if (score > best_score) {
+            best_score = score;
+            best = t;
+        }
     }
-    return dist.back().first;
+    return best;
 }
 
 std::vector<std::pair<int32_t, float>> sampling_distribution(const float* logits, int64_t n_vocab,
@@ -113,7 +135,7 @@ int32_t sample_token(float* logits, int64_t n_vocab, const SamplingParams& param
     if (params.temperature <= 0.0f || params.top_k == 1) {
         token = argmax_row(logits, n_vocab);
     } else {
-        token = draw_token(sampling_distribution(logits, n_vocab, params), uniform01(rng));
+        token = draw_token(sampling_distribution(logits, n_vocab, params), rng());
     }
     if (logprob != nullptr && params.logprobs >= 0) token_logprob(logits, n_vocab, token, params.logprobs, logprob);
     return token;

@@ -31,8 +31,10 @@ int32_t sample_token(float* logits, int64_t n_vocab, const SamplingParams& param
 
 // A uniform draw in [0, 1) from 53 random bits (reproducible across platforms for one seed).
 double uniform01(std::mt19937_64& rng);
-// The token of dist (pairs summing to 1) where the cumulative probability first exceeds u.
-int32_t draw_token(const std::vector<std::pair<int32_t, float>>& dist, double u);
+// A draw from dist (pairs summing to 1) by an exponential race keyed by key (one fresh random
+// 64-bit value per draw): the same key gives the same token, and rounding noise in dist almost
+// never changes it.
+int32_t draw_token(const std::vector<std::pair<int32_t, float>>& dist, uint64_t key);
 // The logprob of token under the (penalised) logits, and the n_top best ones.
 void token_logprob(const float* logits, int64_t n_vocab, int32_t token, int32_t n_top, TokenLogprob* out);
 

@@ -43,7 +43,7 @@ int32_t propose_token(float* logits, int64_t n_vocab, const SamplingParams& para
     apply_penalties(logits, n_vocab, params, context, n_prompt);
     *q = sampling_distribution(logits, n_vocab, params);
     if (is_greedy(params)) return q->front().first;
-    return draw_token(*q, uniform01(rng));
+    return draw_token(*q, rng());
 }
 
 Verification verify_draft(float* logits, int64_t n_vocab, const SamplingParams& params, std::vector<int32_t> context,
@@ -72,7 +72,7 @@ Verification verify_draft(float* logits, int64_t n_vocab, const SamplingParams& 
             const double p_d = probability_of(p, d), q_d = probability_of(draft.q[i], d);
             // Accept with probability min(1, p/q): u < p/q, written without the division.
             if (!(uniform01(rng) * q_d < p_d)) {
-                emit(row, draw_token(residual_distribution(p, draft.q[i]), uniform01(rng)));
+                emit(row, draw_token(residual_distribution(p, draft.q[i]), rng()));
                 return v;
             }
             emit(row, d);
