@@ -22,6 +22,7 @@
 #include <string>
 
 #include "backend/cpu/attention_kernels.h"
+#include "backend/cpu/matmul.h"
 #include "core/half.h"
 
 namespace mvllm {
@@ -119,8 +120,7 @@ size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
 
 bool avx2_usable() {
 #if defined(__x86_64__)
-    static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c");
+    static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     return ok;
 #else
     return false;

@@ -1,4 +1,8 @@
 // Run-time ISA detection for the CPU kernels.
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <cstdlib>
 #include <cstring>
 
@@ -13,10 +17,9 @@ CpuIsa detect_isa() {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
         __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+        cpu_has_f16c())
         return CpuIsa::Avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
         return CpuIsa::Avx2;
 #endif
     return CpuIsa::Scalar;
@@ -34,6 +37,15 @@ CpuIsa apply_env_cap(CpuIsa detected) {
 }
 
 }  // namespace
+
+bool cpu_has_f16c() {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+#else
+    return false;
+#endif
+}
 
 const char* cpu_isa_name(CpuIsa isa) {
     switch (isa) {

@@ -20,6 +20,8 @@ enum class CpuIsa { Scalar, Avx2, Avx512 };
 const char* cpu_isa_name(CpuIsa isa);
 // The best ISA this CPU supports; MVLLM_CPU_ISA=scalar|avx2|avx512 in the environment caps it.
 CpuIsa cpu_isa();
+// F16C (half <-> float conversions), read from CPUID: clang 14 has no __builtin_cpu_supports("f16c").
+bool cpu_has_f16c();
 
 // Scratch memory reused across calls (the quantised activations).
 struct MatmulScratch {
