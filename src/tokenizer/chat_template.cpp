@@ -1,8 +1,31 @@
 #include "tokenizer/chat_template.h"
 
+#include <utility>
+#include <vector>
+
 #include "tokenizer/jinja_template.h"
 
 namespace mvllm {
+namespace {
+
+// Whether j nests deeper than max_depth, found without recursion: copying or dumping JSON is
+// recursive in nlohmann::json, so a hostile messages file 100k levels deep must be refused first.
+template <typename Json>
+bool nested_deeper_than(const Json& j, int max_depth) {
+    std::vector<std::pair<const Json*, int>> todo = {{&j, 0}};
+    while (!todo.empty()) {
+        const auto [node, depth] = todo.back();
+        todo.pop_back();
+        if (depth > max_depth) return true;
+        if (node->is_array() || node->is_object())
+            for (const auto& child : *node) todo.emplace_back(&child, depth + 1);
+    }
+    return false;
+}
+
+constexpr int kMaxMessagesDepth = 256;
+
+}  // namespace
 
 nlohmann::ordered_json ChatMessage::to_json() const {
     nlohmann::ordered_json j = {{"role", role}, {"content", content}};
@@ -14,6 +37,9 @@ nlohmann::ordered_json ChatMessage::to_json() const {
 Result<std::string> apply_chat_template(const std::string& template_source, const nlohmann::ordered_json& messages,
                                         const ChatTemplateOptions& options) {
     if (!messages.is_array()) return Status::error("chat messages must be a JSON array");
+    if (nested_deeper_than(messages, kMaxMessagesDepth) || nested_deeper_than(options.tools, kMaxMessagesDepth) ||
+        nested_deeper_than(options.extra, kMaxMessagesDepth))
+        return Status::error("chat messages nest more than 256 levels deep");
     for (const auto& m : messages)
         if (!m.is_object()) return Status::error("each chat message must be a JSON object");
     if (!options.extra.is_null() && !options.extra.is_object())
@@ -39,6 +65,7 @@ Result<std::string> apply_chat_template(const std::string& template_source, cons
 
 Result<std::string> apply_chat_template(const std::string& template_source, const nlohmann::json& messages,
                                         const ChatTemplateOptions& options) {
+    if (nested_deeper_than(messages, kMaxMessagesDepth)) return Status::error("chat messages nest more than 256 levels deep");
     return apply_chat_template(template_source, nlohmann::ordered_json::parse(messages.dump()), options);
 }
 

@@ -228,7 +228,7 @@ Value string_method(const Value& self, const std::string& name) {
         }
         if (name == "split" || name == "rsplit") {
             const Value& sep = arg_or(args, kwargs, 0, "sep", none);
-            const Value& max = arg_or(args, kwargs, 1, "maxsplit", Value(int64_t(-1)));
+            const Value max = arg_or(args, kwargs, 1, "maxsplit", Value(int64_t(-1)));  // a copy: the default is a temporary
             int64_t maxsplit = max.as_int();
             if (sep.is_none()) {
                 if (name == "rsplit" && maxsplit >= 0) fail("rsplit(None, maxsplit) is not supported");

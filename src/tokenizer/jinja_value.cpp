@@ -57,7 +57,15 @@ Value Value::callable(std::string name, NativeFn fn) {
     return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+namespace {
+// Deeper JSON (a hostile messages file) would exhaust the stack; tojson refuses the same depth.
+constexpr int kMaxJsonDepth = 512;
+}  // namespace
+
+Value Value::from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0); }
+
+Value Value::from_json_at(const nlohmann::ordered_json& j, int depth) {
+    if (depth > kMaxJsonDepth) fail("template variable nested too deeply (more than 512 levels)");
     switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return none();
     case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
@@ -72,12 +80,12 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::array: {
         std::vector<Value> items;
         items.reserve(j.size());
-        for (const auto& e : j) items.push_back(from_json(e));
+        for (const auto& e : j) items.push_back(from_json_at(e, depth + 1));
         return list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
         Value d = dict();
-        for (const auto& [k, e] : j.items()) d.dict_data().entries.emplace_back(Value(k), from_json(e));
+        for (const auto& [k, e] : j.items()) d.dict_data().entries.emplace_back(Value(k), from_json_at(e, depth + 1));
         return d;
     }
     default: return none();  // binary and discarded values do not occur in parsed JSON

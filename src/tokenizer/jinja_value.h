@@ -57,7 +57,7 @@ public:
     static Value dict();
     static Value namespace_object();
     static Value callable(std::string name, NativeFn fn);
-    static Value from_json(const nlohmann::ordered_json& j);
+    static Value from_json(const nlohmann::ordered_json& j);  // JinjaError beyond 512 levels of nesting
 
     ValueKind kind() const { return kind_; }
     bool is_undefined() const { return kind_ == ValueKind::Undefined; }
@@ -88,6 +88,7 @@ public:
     std::string type_name() const;  // Python type name for error messages
 
 private:
+    static Value from_json_at(const nlohmann::ordered_json& j, int depth);
     ValueKind kind_ = ValueKind::Undefined;
     bool b_ = false;
     int64_t i_ = 0;
