@@ -52,6 +52,17 @@ for t in "${targets[@]}"; do
         rc=$?
     fi
     set -e
+    # A timeout on this shared machine may be load, not the input: run it again alone, and keep it
+    # as a finding only when it is slow again (otherwise it is set aside in fuzz-unconfirmed/).
+    for f in "$artifacts"/timeout-*; do
+        [ -f "$f" ] || continue
+        if "$bin" -timeout=10 "$f" >>"$log" 2>&1; then
+            mkdir -p "$BUILD_DIR/fuzz-unconfirmed/$t"
+            mv "$f" "$BUILD_DIR/fuzz-unconfirmed/$t/"
+            echo "fuzz.sh: $t: $(basename "$f") ran under 10 s when repeated alone; set aside (machine load)" >&2
+            [ "$(find "$artifacts" -type f | wc -l)" -eq 0 ] && rc=0
+        fi
+    done
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
     found=$(find "$artifacts" -type f | wc -l)
     result=ok

@@ -197,8 +197,12 @@ def safetensors_seeds():
 
 # ---- tokenizer.json ---------------------------------------------------------------------------
 def cut_tokenizer_json(tj, n_keep):
+    """The first n_keep tokens and the merges among them; added tokens renumbered after them (a
+    vocabulary of 150k ids with holes would make every run of the seed slow)."""
     model = tj["model"]
     vocab = {t: i for t, i in model["vocab"].items() if i < n_keep}
+    added = [dict(a, id=n_keep + k) for k, a in enumerate(tj.get("added_tokens", []))]
+    tj = dict(tj, added_tokens=added)
     merges = []
     for m in model.get("merges", []):
         a, b = m.split(" ", 1) if isinstance(m, str) else m
