@@ -79,6 +79,8 @@ void register_serve_commands(CLI::App& app) {
     s->add_option("--api-key", a.server.api_key, "require Authorization: Bearer <key>");
     s->add_option("--max-body-bytes", a.server.max_body_bytes, "largest request body (413 beyond)")
         ->check(CLI::Range(size_t(1024), size_t(1) << 32));
+    s->add_option("--max-header-bytes", a.server.max_header_bytes, "all request headers together (431 beyond)")
+        ->check(CLI::Range(size_t(1024), size_t(1) << 24));
     s->add_option("--max-queue", a.server.max_queue, "waiting requests before 429 (0: no limit)")
         ->check(CLI::NonNegativeNumber);
     s->add_option("--request-timeout", a.server.request_timeout_s, "seconds a request may take (0: none)")

@@ -20,6 +20,7 @@ ApiError status_error(int status) {
         case 404: e.message = "not found"; e.code = "not_found"; break;
         case 405: e.message = "method not allowed"; break;
         case 413: e.message = "request body too large"; e.code = "request_too_large"; break;
+        case 414: e.message = "request target too long"; break;
         default: e.message = "HTTP error " + std::to_string(status); break;
     }
     return e;
@@ -58,8 +59,19 @@ void Server::Impl::install_routes() {
     const int n_threads = std::max(2, options.http_threads);
     http.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
 
-    // Before the body is read: draining, authentication.
+    // Before the body is read: header size, draining, authentication.
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        size_t header_bytes = 0;
+        for (const auto& [name, value] : req.headers) header_bytes += name.size() + value.size() + 4;  // ": ", CRLF
+        if (header_bytes > options.max_header_bytes) {
+            ApiError e;
+            e.status = 431;
+            e.message = "request header fields too large (" + std::to_string(header_bytes) + " bytes; the limit is " +
+                        std::to_string(options.max_header_bytes) + ")";
+            e.code = "headers_too_large";
+            send_error(res, e);
+            return httplib::Server::HandlerResponse::Handled;
+        }
         if (draining && req.path != "/metrics") {
             ApiError e;
             e.status = 503;

@@ -30,6 +30,7 @@ struct ServerOptions {
     std::string served_model_name = "mvllm";
     int64_t max_model_len = 0;              // context the engine was built with (prompt + output)
     size_t max_body_bytes = size_t(4) << 20;  // larger request bodies: 413
+    size_t max_header_bytes = size_t(64) << 10;  // all header lines together; more: 431 (one line > 8 KiB: 400)
     int max_queue = 256;                    // engine requests submitted and not yet started; more: 429
     double request_timeout_s = 600;         // whole request (0: none)
     double idle_timeout_s = 120;            // without any event from the engine (0: none)
