@@ -76,7 +76,7 @@ struct LimitsFixture {
     int64_t used_blocks() { return engine->counters().n_total_blocks - engine->counters().n_free_blocks; }
 };
 
-// Sends raw bytes on a fresh connection and returns everything the server answers.
+// Sends raw bytes on a fresh connection and returns the server's first response.
 std::string raw_exchange(int port, const std::string& request) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
@@ -95,10 +95,17 @@ std::string raw_exchange(int port, const std::string& request) {
         if (n <= 0) break;  // the server may close before reading everything
         sent += static_cast<size_t>(n);
     }
-    shutdown(fd, SHUT_WR);
+    // Read one response: the headers, then Content-Length bytes of body (the connection may stay open).
     std::string out;
     char buf[4096];
-    for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+    for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) {
+        out.append(buf, static_cast<size_t>(n));
+        const size_t end = out.find("\r\n\r\n");
+        if (end == std::string::npos) continue;
+        const size_t at = out.find("Content-Length: ");
+        const size_t body = at == std::string::npos || at > end ? 0 : std::stoul(out.substr(at + 16));
+        if (out.size() >= end + 4 + body) break;
+    }
     close(fd);
     return out;
 }
