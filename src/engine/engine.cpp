@@ -428,6 +428,14 @@ Result<std::unique_ptr<Engine>> Engine::create(Decoder& decoder, const EngineOpt
     if (o.kv_cache_blocks <= 0) {
         MVLLM_ASSIGN_OR_RETURN(budget, kv_pool_budget(decoder, o, geometry, impl->max_model_len));
     }
+    if (o.speculative.draft != nullptr && o.kv_cache_blocks <= 0) {
+        // The draft keeps a block for every block of the pool: the budget pays for both caches.
+        const size_t t = kv_block_bytes(geometry);
+        const size_t d = kv_block_bytes(o.speculative.draft->kv_config(0, o.block_size, kv_dtype));
+        if (t + d > 0) budget.bytes = static_cast<size_t>(static_cast<long double>(budget.bytes) * t / (t + d));
+        budget.source += (budget.source.empty() ? "" : ", ") + std::string("the target's share (the draft's KV "
+                         "cache takes the rest)");
+    }
     MVLLM_ASSIGN_OR_RETURN(impl->plan, plan_kv_pool(geometry, budget.bytes, impl->max_model_len));
     impl->budget_source = budget.source;
     if (o.kv_cache_blocks > 0) impl->plan.n_blocks = o.kv_cache_blocks;

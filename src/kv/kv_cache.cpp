@@ -110,6 +110,12 @@ KvLayerView KvCache::layer(int32_t layer) {
 
 size_t KvCache::bytes_per_block() const { return block_bytes_all(config_); }
 
+size_t kv_block_bytes(const KvCacheConfig& geometry) {
+    if (geometry.n_layers <= 0 || geometry.n_kv_heads <= 0 || geometry.head_dim <= 0 || geometry.block_size <= 0)
+        return 0;
+    return block_bytes_all(geometry);
+}
+
 int64_t kv_blocks_for_budget(const KvCacheConfig& geometry, size_t budget_bytes) {
     if (geometry.n_layers <= 0 || geometry.n_kv_heads <= 0 || geometry.head_dim <= 0 ||
         geometry.block_size <= 0) {

@@ -77,5 +77,7 @@ private:
 
 // Blocks of `block_size` tokens that fit in `budget_bytes` for this geometry.
 int64_t kv_blocks_for_budget(const KvCacheConfig& geometry, size_t budget_bytes);
+// Bytes of one block of this geometry, all layers, K and V (0 for an empty geometry).
+size_t kv_block_bytes(const KvCacheConfig& geometry);
 
 }  // namespace mvllm

@@ -356,6 +356,26 @@ TEST(Speculative, DraftVocabularyMustMatch) {
     EXPECT_FALSE(Engine::create(*tiny().decoder, bad).is_ok());
 }
 
+// --kv-cache-memory is the budget of both KV caches: the pool's blocks and the draft's copy of
+// each fit in it together.
+TEST(Speculative, KvBudgetCoversTheDraftsCache) {
+    for (Decoder* draft : {tiny().decoder.get(), random_draft().decoder.get()}) {
+        EngineOptions o = options(0, draft);
+        o.kv_cache_memory = size_t(1) << 20;
+        auto engine = Engine::create(*tiny().decoder, o);
+        ASSERT_TRUE(engine.is_ok()) << engine.status().message();
+        const size_t t = kv_block_bytes(tiny().decoder->kv_config(0, o.block_size, DType::F32));
+        const size_t d = kv_block_bytes(draft->kv_config(0, o.block_size, DType::F32));
+        ASSERT_GT(t, 0u);
+        ASSERT_GT(d, 0u);
+        const int64_t n = (*engine)->counters().n_total_blocks;
+        EXPECT_LE(static_cast<size_t>(n) * (t + d), o.kv_cache_memory);
+        EXPECT_GT(static_cast<size_t>(n + 1) * (t + d), o.kv_cache_memory);  // and no block less than that
+        const std::string report = (*engine)->startup_report();
+        EXPECT_NE(report.find("draft KV cache"), std::string::npos) << report;
+    }
+}
+
 // The shipped pair: models/mvllm-austen-q8_0.gguf and its trained draft share one tokenizer.
 TEST(Speculative, ShippedDraftMatchesTheDefaultModelsGreedyText) {
     const std::string dir = std::string(MVLLM_TEST_DATA_DIR) + "/../../models/";

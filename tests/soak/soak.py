@@ -383,6 +383,13 @@ def main():
         and m.get("mvllm:num_requests_waiting") == 0,
         "server exited cleanly on SIGTERM": server.returncode == 0,
     }
+    # Stable latencies: the last window's p99 within 1.5x of the first window's (+ 0.5 s for
+    # windows of very short requests, where one scheduling hiccup is a large ratio).
+    for kind in ("e2e", "ttft"):
+        first, last = report["latency_first_window"][kind], report["latency_last_window"][kind]
+        if first["n"] and last["n"]:
+            checks["p99 %s stable (last window <= 1.5 x first + 0.5 s)" % kind] = \
+                last["p99_s"] <= 1.5 * first["p99_s"] + 0.5
     report["checks"] = checks
     print(json.dumps(report, indent=1))
     if args.json_out:
