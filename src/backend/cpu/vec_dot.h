@@ -31,10 +31,13 @@ constexpr int kMaxTokenTile = 4;
 //         unsigned-nibble dot into the Q4_0 dot (sum (u - 8) x = sum u x - 8 sum x), then [nb8]
 //         int32 bias words for the interleaved Q4_0 GEMM (act_q8_0_bias).
 size_t act_row_bytes(DType act, int64_t n);
+// Where the [nb8] f32 d array of a Q8_0 activation row starts: after the blocks and their padding.
+inline size_t act_q8_0_scales_offset(int64_t n) {
+    return (static_cast<size_t>(n / QK8_0) * sizeof(BlockQ8_0) + 31) / 32 * 32;
+}
 // The [nb8] f32 d array of a Q8_0 activation row (the d * sum array follows it).
 inline const float* act_q8_0_scales(const void* row, int64_t n) {
-    const size_t blocks = (static_cast<size_t>(n / QK8_0) * sizeof(BlockQ8_0) + 31) / 32 * 32;
-    return reinterpret_cast<const float*>(static_cast<const char*>(row) + blocks);
+    return reinterpret_cast<const float*>(static_cast<const char*>(row) + act_q8_0_scales_offset(n));
 }
 inline int64_t act_q8_0_n_scales(int64_t n) { return (n / QK8_0 + 7) / 8 * 8; }
 // The [nb8] bias words of a Q8_0 activation row: per block, the low i16 is -8 * (sum of q[k] with

@@ -182,7 +182,7 @@ namespace mvllm {
 
 size_t act_row_bytes(DType act, int64_t n) {
     if (act != DType::Q8_0) return row_size(act, n);
-    return reinterpret_cast<size_t>(act_q8_0_scales(nullptr, n)) + 3 * act_q8_0_n_scales(n) * sizeof(float);
+    return act_q8_0_scales_offset(n) + 3 * act_q8_0_n_scales(n) * sizeof(float);
 }
 
 void finish_act_q8_0(void* row, int64_t n) {
