@@ -27,14 +27,13 @@ float signed_extreme(const float* x, int n) {
     return extreme;
 }
 
-// Clamped in float before the conversion: the inverse of a denormal block scale is inf, so v can
-// be +-inf (or NaN for 0 * inf, which quantises to 0), and converting those to int is undefined.
+
+}  // namespace
+
 int round_clamp(float v, int lo, int hi) {
     if (std::isnan(v)) return 0;
     return static_cast<int>(std::nearbyint(std::clamp(v, static_cast<float>(lo), static_cast<float>(hi))));
 }
-
-}  // namespace
 
 // ---- Q8_0: x = d * q, q in [-127, 127] ----------------------------------------------------------
 

@@ -20,6 +20,11 @@ void quantize_row_q5_K(const float* src, void* dst, int64_t n);
 void quantize_row_q6_K(const float* src, void* dst, int64_t n);
 void quantize_row_q8_K(const float* src, void* dst, int64_t n);
 
+// v rounded to the nearest integer and clamped to [lo, hi], in float before the conversion: a
+// quantiser's v can be +-inf (the inverse of a denormal block scale) or NaN (0 * inf, which
+// quantises to 0), and converting those to int is undefined.
+int round_clamp(float v, int lo, int hi);
+
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block's packed scales[12].
 inline void get_scale_min_k4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
     if (j < 4) {

@@ -22,10 +22,6 @@ namespace {
 constexpr int kSearchSteps = 10;       // candidate scales on each side of the starting one
 constexpr float kSearchDelta = 0.1f;   // candidate spacing, in quantisation levels
 
-int round_clamp(float v, int lo, int hi) {
-    return std::clamp(static_cast<int>(std::nearbyint(v)), lo, hi);
-}
-
 // Per-value weights of a super-block: magnitude matters, but small values still count.
 void importance_weights(const float* x, float* w) {
     float sum_sq = 0.0f;

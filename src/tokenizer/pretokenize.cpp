@@ -3,6 +3,8 @@
 
 #include <pcre2.h>
 
+#include <memory>
+
 #include "tokenizer/unicode.h"
 
 namespace mvllm {
@@ -85,8 +87,12 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& w
 void PreTokenizer::split_valid(std::string_view text, std::vector<std::string_view>& words) const {
     if (text.empty()) return;
     auto* code = static_cast<pcre2_code*>(code_);
-    // One match block per thread and pattern count: reused across calls.
-    thread_local pcre2_match_data* match = pcre2_match_data_create(4, nullptr);
+    // One match block per thread: reused across calls, freed when the thread ends.
+    struct MatchDataFree {
+        void operator()(pcre2_match_data* m) const { pcre2_match_data_free(m); }
+    };
+    thread_local const std::unique_ptr<pcre2_match_data, MatchDataFree> match_owner(pcre2_match_data_create(4, nullptr));
+    pcre2_match_data* match = match_owner.get();
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t pos = 0, gap_start = 0;
     while (pos < text.size()) {

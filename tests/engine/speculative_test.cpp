@@ -11,6 +11,8 @@
 #include <map>
 #include <random>
 
+#include <unistd.h>
+
 #include "backend/cpu/cpu_backend.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -49,7 +51,8 @@ Loaded load(const std::string& path) {
 }
 
 std::string temp_path(const std::string& name) {
-    return (std::filesystem::path(testing::TempDir()) / ("mvllm_spec_" + name)).string();
+    // One file per process: CTest runs these tests as parallel processes of one binary.
+    return (std::filesystem::path(testing::TempDir()) / ("mvllm_spec_" + std::to_string(getpid()) + "_" + name)).string();
 }
 
 Loaded& tiny() {
