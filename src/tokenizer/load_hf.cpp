@@ -6,6 +6,7 @@
 // GPT-2 expression). tokenizer_config.json: bos_token / eos_token / pad_token (a string or
 // {content}), add_bos_token, add_eos_token, chat_template (a string, or a list of {name,
 // template} of which "default" is taken).
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -54,6 +55,20 @@ std::string token_content(const json& j) {
     return {};
 }
 
+// A token id of tokenizer.json: a JSON integer. Anything else is refused; nlohmann's get<int64_t>
+// on a float would convert it, which is undefined beyond the int64 range (found by fuzzing).
+bool read_token_id(const json& v, int64_t* id) {
+    if (v.is_number_unsigned()) {
+        const uint64_t u = v.get<uint64_t>();
+        if (u > static_cast<uint64_t>(INT64_MAX)) return false;
+        *id = static_cast<int64_t>(u);
+        return true;
+    }
+    if (!v.is_number_integer()) return false;
+    *id = v.get<int64_t>();
+    return true;
+}
+
 }  // namespace
 
 Result<VocabData> read_hf_vocab(const std::string& dir) {
@@ -73,21 +88,28 @@ Result<VocabData> read_hf_vocab(const std::string& dir) {
 
         const json& vocab = model.at("vocab");
         if (!vocab.is_object()) return make_error(path, ": model.vocab is not an object");
-        int64_t max_id = -1;
-        for (auto it = vocab.begin(); it != vocab.end(); ++it) max_id = std::max<int64_t>(max_id, it.value().get<int64_t>());
+        int64_t max_id = -1, id = 0;
+        for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+            if (!read_token_id(it.value(), &id)) return make_error(path, ": the id of '", it.key(), "' is not an integer");
+            max_id = std::max(max_id, id);
+        }
         const json& added = tj.contains("added_tokens") && tj["added_tokens"].is_array() ? tj["added_tokens"] : json::array();
-        for (const json& a : added) max_id = std::max<int64_t>(max_id, a.at("id").get<int64_t>());
+        for (const json& a : added) {
+            if (!a.is_object() || !a.contains("id") || !read_token_id(a["id"], &id))
+                return make_error(path, ": an added token's id is missing or not an integer");
+            max_id = std::max(max_id, id);
+        }
         if (max_id < 0 || max_id > (1 << 24)) return make_error(path, ": vocabulary ids out of range");
         d.tokens.assign(max_id + 1, std::string());
         d.types.assign(max_id + 1, TokenType::UNUSED);
         for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-            const int64_t id = it.value().get<int64_t>();
+            read_token_id(it.value(), &id);
             if (id < 0) return make_error(path, ": negative id for '", it.key(), "'");
             d.tokens[id] = it.key();
             d.types[id] = TokenType::NORMAL;
         }
         for (const json& a : added) {
-            const int64_t id = a.at("id").get<int64_t>();
+            read_token_id(a["id"], &id);
             if (id < 0) return make_error(path, ": negative added-token id");
             d.tokens[id] = a.at("content").get<std::string>();
             d.types[id] = a.value("special", false) ? TokenType::CONTROL : TokenType::USER_DEFINED;

@@ -178,6 +178,14 @@ TEST(TokenizerLoad, UnknownModelTypes) {
     expect_error(Tokenizer::from_hf_dir(dir.path), "unsupported tokenizer model type 'Unigram'");
     dir.write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [1]}})");
     expect_error(Tokenizer::from_hf_dir(dir.path), "neither");
+    // Ids that are not JSON integers (a huge float once reached an undefined float-to-int cast).
+    dir.write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1.1e118}, "merges": []}})");
+    expect_error(Tokenizer::from_hf_dir(dir.path), "the id of 'b' is not an integer");
+    dir.write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+                                    "added_tokens": [{"id": "7", "content": "<x>"}]})");
+    expect_error(Tokenizer::from_hf_dir(dir.path), "added token's id");
+    dir.write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "added_tokens": [{"content": "<x>"}]})");
+    expect_error(Tokenizer::from_hf_dir(dir.path), "added token's id");
 
     GgufWriter w;
     w.set("tokenizer.ggml.model", GgufValue::str("bert"));
