@@ -16,10 +16,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "backend/cpu/cpu_backend.h"
-#include "model/decoder.h"
 #include "server/openai_request.h"
-#include "server/server.h"
+#include "server_fixture.h"
 
 namespace mvllm::server {
 namespace {
@@ -29,51 +27,10 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kContext = 256;
 
-struct LimitsFixture {
-    std::unique_ptr<Model> model;
-    std::unique_ptr<CpuBackend> backend;
-    std::unique_ptr<Decoder> decoder;
-    std::unique_ptr<Engine> engine;
-    std::unique_ptr<Server> server;
-    std::atomic<bool> stop{false}, paused{false};
-    std::thread stepper;
-
-    explicit LimitsFixture(ServerOptions o = {}, bool keep_port = false) {
-        model = std::move(load_model(MVLLM_FIXTURE_DIR "/tiny-llama").value());
-        CpuBackendOptions bo;
-        bo.n_threads = 1;
-        backend = std::make_unique<CpuBackend>(bo);
-        decoder = std::move(Decoder::create(*model, *backend).value());
-        EngineOptions eo;
-        eo.kv_cache_blocks = 64;
-        eo.block_size = 16;
-        eo.max_model_len = kContext;
-        engine = std::move(Engine::create(*decoder, eo).value());
-        if (!keep_port) o.port = 0;
-        o.max_model_len = kContext;
-        o.drain_timeout_s = 1;
-        server = std::make_unique<Server>(*engine, nullptr, o);
-        EXPECT_TRUE(server->bind().is_ok());
-        server->start();
-        stepper = std::thread([this] {
-            while (!stop)
-                if (paused || !engine->step()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        });
-    }
-    ~LimitsFixture() {
-        paused = false;
-        server->shutdown();
-        stop = true;
-        stepper.join();
-        engine->run_until_idle();
-    }
-    httplib::Client client(const std::string& host = "127.0.0.1") {
-        httplib::Client c(host, server->port());
-        c.set_read_timeout(30, 0);
-        c.set_connection_timeout(2, 0);
-        return c;
-    }
-    int64_t used_blocks() { return engine->counters().n_total_blocks - engine->counters().n_free_blocks; }
+// No pause between steps; a short context for the token-limit tests.
+struct LimitsFixture : ServerFixture {
+    explicit LimitsFixture(ServerOptions o = {}, bool keep_port = false)
+        : ServerFixture(std::move(o), {.max_model_len = kContext, .step_delay_ms = 0, .keep_port = keep_port}) {}
 };
 
 // Sends raw bytes on a fresh connection and returns the server's first response.

@@ -15,65 +15,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "backend/cpu/cpu_backend.h"
-#include "model/decoder.h"
-#include "server/server.h"
+#include "server_fixture.h"
 
 namespace mvllm::server {
 namespace {
 
 using nlohmann::json;
 
-struct Fixture {
-    std::unique_ptr<Model> model;
-    std::unique_ptr<CpuBackend> backend;
-    std::unique_ptr<Decoder> decoder;
-    std::unique_ptr<Engine> engine;
-    std::unique_ptr<Server> server;
-    std::atomic<bool> stop{false}, paused{false};
-    std::thread stepper;
-
-    // self_draft: speculative decoding with the model as its own draft (fallback off).
-    explicit Fixture(ServerOptions o = {}, int step_delay_ms = 1, bool listen = true, bool self_draft = false) {
-        model = std::move(load_model(MVLLM_FIXTURE_DIR "/tiny-llama").value());
-        CpuBackendOptions bo;
-        bo.n_threads = 1;
-        backend = std::make_unique<CpuBackend>(bo);
-        decoder = std::move(Decoder::create(*model, *backend).value());
-        EngineOptions eo;
-        eo.kv_cache_blocks = 64;
-        eo.block_size = 16;
-        eo.max_model_len = 512;
-        if (self_draft) {
-            eo.speculative.draft = decoder.get();
-            eo.speculative.draft_tokens = 3;
-            eo.speculative.fallback = false;
-        }
-        engine = std::move(Engine::create(*decoder, eo).value());
-        o.port = 0;
-        o.max_model_len = 512;
-        server = std::make_unique<Server>(*engine, nullptr, o);
-        EXPECT_TRUE(server->bind().is_ok());
-        if (listen) server->start();
-        stepper = std::thread([this, step_delay_ms] {
-            while (!stop) {
-                if (paused || !engine->step()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-                else std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));  // slow enough to disconnect mid-stream
-            }
-        });
-    }
-    ~Fixture() {
-        server->shutdown();
-        stop = true;
-        stepper.join();
-        engine->run_until_idle();
-    }
-    httplib::Client client() {
-        httplib::Client c("127.0.0.1", server->port());
-        c.set_read_timeout(30, 0);
-        return c;
-    }
-};
+using Fixture = ServerFixture;
 
 std::vector<int32_t> ids_from_logprobs(const json& tokens) {
     std::vector<int32_t> out;
@@ -98,7 +47,7 @@ std::vector<int32_t> engine_greedy(Engine& engine, std::vector<int32_t> prompt, 
 }
 
 TEST(ServerHttp, SpeculativeGreedyCompletionAndMetrics) {
-    Fixture f({}, 1, /*listen=*/true, /*self_draft=*/true);
+    Fixture f({}, {.self_draft = true});
     std::ifstream in(MVLLM_FIXTURE_DIR "/tiny-llama/reference.json");
     const json ref = json::parse(in);  // transformers' greedy continuation
     const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
@@ -245,7 +194,7 @@ TEST(ServerHttp, FullQueueGets429) {
 // backlog of 5; the server raises it). Nothing accepts here, so every connection that completes
 // its handshake waits in the backlog: with a backlog of 5, the 7th connect would hang.
 TEST(ServerHttp, BurstOfConnectionsFitsTheBacklog) {
-    Fixture f(ServerOptions{}, 1, /*listen=*/false);
+    Fixture f(ServerOptions{}, {.listen = false});
     std::vector<int> fds;
     for (int i = 0; i < 100; ++i) {
         const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
@@ -287,7 +236,7 @@ int send_raw_request(int port, const std::string& body) {
 // (as a crashed or killed client does): the server aborts the request within about one engine
 // step, the engine frees its blocks, and /metrics counts it as aborted.
 TEST(ServerHttp, DisconnectAbortsAndFreesBlocks) {
-    Fixture f(ServerOptions{}, /*step_delay_ms=*/10);  // 500 tokens take >= 5 s: an abort is not a finish
+    Fixture f(ServerOptions{}, {.step_delay_ms = 10});  // 500 tokens take >= 5 s: an abort is not a finish
     const int64_t total = f.engine->counters().n_total_blocks;
     int n_aborted = 0;
     for (const bool stream : {false, true}) {
