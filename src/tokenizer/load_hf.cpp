@@ -26,7 +26,7 @@ Result<json> read_json(const std::string& path) {
     ss << in.rdbuf();
     try {
         return json::parse(ss.str());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
         return make_error(path, ": malformed JSON: ", e.what());
     }
 }

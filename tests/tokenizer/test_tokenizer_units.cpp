@@ -170,6 +170,8 @@ TEST(TokenizerLoad, MalformedJson) {
     TempDir dir("malformed");
     dir.write("tokenizer.json", "{\"model\": {\"type\": \"BPE\", ");
     expect_error(Tokenizer::from_hf_dir(dir.path), "malformed JSON");
+    dir.write("tokenizer.json", "{\"model\": 1e999}");  // nlohmann throws out_of_range, not parse_error (found by fuzzing)
+    expect_error(Tokenizer::from_hf_dir(dir.path), "malformed JSON");
 }
 
 TEST(TokenizerLoad, UnknownModelTypes) {
