@@ -4,7 +4,7 @@
 # Q4_K_M. Called by cuda_decode_run.sh (SWEEP=1) after the build; writes one JSON per run to $RES.
 set -u -o pipefail
 RES=${RES:?} LOG=${LOG:?} M=${M:?}
-B=build/bin/mvllm
+B=${B:-build/bin/mvllm}
 for preset in qwen2.5-0.5b qwen2.5-7b; do
   for type in q4_0 q4_k_m; do
     f=$M/$preset-$type.gguf

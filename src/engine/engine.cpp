@@ -64,6 +64,8 @@ struct Engine::Impl {
     std::unique_ptr<Speculator> speculator;                          // null without a draft model
     std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs;  // engine thread only
     std::vector<float> logits;                                       // [n_sampled][n_vocab] f32
+    std::vector<int32_t> argmax;  // [n_sampled]: the step's tokens when it took the greedy path
+    bool greedy_step = false;     // the backend picked the tokens (argmax on the device)
 
     // Intake, shared with submitting threads.
     std::mutex mu;
@@ -132,8 +134,23 @@ bool Engine::Impl::step(Status* status) {
     return true;
 }
 
+// A step whose sampled rows all take the plain argmax (greedy, no penalties, no logprobs, no
+// drafts) lets the backend pick the tokens: only the ids leave the device, not the logits.
+static bool takes_plain_argmax(const SchedulerOutput& plan) {
+    for (const ScheduledSequence& s : plan.scheduled) {
+        if (!s.sample) continue;
+        const SamplingParams& p = s.seq->params;
+        if (!is_greedy(p) || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+            p.frequency_penalty != 0.0f || p.logprobs >= 0 || !s.seq->draft.tokens.empty())
+            return false;
+    }
+    return true;
+}
+
 Status Engine::Impl::run_models(const SchedulerOutput& plan) {
     if (speculator) MVLLM_TRY(speculator->propose(plan));
+    greedy_step = takes_plain_argmax(plan);
+    if (greedy_step) return decoder.forward_greedy(build_batch(plan), *cache, &argmax);
     return decoder.forward(build_batch(plan), *cache, &logits);
 }
 
@@ -159,9 +176,13 @@ void Engine::Impl::sample(SchedulerOutput* plan) {
     for (ScheduledSequence& s : plan->scheduled) {
         Sequence* seq = s.seq;
         if (!s.sample) continue;  // a prefill chunk short of the prompt's end
-        seq->verified = verify_draft(logits.data() + row * n_vocab, n_vocab, seq->params, seq->tokens, seq->n_prompt,
-                                     seq->draft, seq->rng);
-        row += seq->draft.tokens.size() + 1;
+        if (greedy_step) {
+            seq->verified = Verification{{argmax[row++]}, {}, 0};
+        } else {
+            seq->verified = verify_draft(logits.data() + row * n_vocab, n_vocab, seq->params, seq->tokens, seq->n_prompt,
+                                         seq->draft, seq->rng);
+            row += seq->draft.tokens.size() + 1;
+        }
         s.n_accepted = seq->verified.n_accepted;
         seq->tokens.insert(seq->tokens.end(), seq->verified.tokens.begin(), seq->verified.tokens.end());
     }

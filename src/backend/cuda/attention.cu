@@ -452,7 +452,8 @@ void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
         const size_t n_counters = static_cast<size_t>(batch.n_tokens) * kv.n_kv_heads * n_tiles;
         if (scratch.counters_bytes < n_counters * sizeof(int32_t)) {
             ensure(&scratch.counters, &scratch.counters_bytes, n_counters * sizeof(int32_t), "split counters");
-            MVLLM_CUDA_CHECK(cudaMemset(scratch.counters, 0, scratch.counters_bytes));  // kernels reset their own
+            // On `stream`: a legacy-stream memset would not be ordered before the kernel.
+            MVLLM_CUDA_CHECK(cudaMemsetAsync(scratch.counters, 0, scratch.counters_bytes, stream));  // kernels reset their own
         }
         counters = static_cast<int32_t*>(scratch.counters);
     }

@@ -163,6 +163,7 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
             void* d;
             CK(cudaMalloc(&d, std::max<size_t>(bytes, 4)));
             CK(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice));
+            CK(cudaDeviceSynchronize());  // a pageable copy may return before it lands
             return d;
         };
         DeviceBatch db;

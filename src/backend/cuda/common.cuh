@@ -73,6 +73,24 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
     return warp_max(v);
 }
 
+// Threads per row of the RMSNorm kernels (one CTA per row): a decode step normalises a few rows,
+// so the row's loads and block reductions must spread over many warps to stay short.
+constexpr int kRmsThreads = 1024;
+
+// 1 / rms of row x[base .. base + width) plus eps, every thread of the CTA (kRmsThreads) gets it.
+// The one reduction order of every RMSNorm kernel: the plain and the QX-writing one must agree
+// bit for bit (batch invariance: which one runs depends on the row count).
+template <typename XT>
+__device__ __forceinline__ float rms_scale(const XT* x, int64_t base, int64_t width, float eps, float* scratch) {
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+        const float v = load_f(x, base + i);
+        sum += v * v;
+    }
+    sum = block_sum(sum, scratch);
+    return rsqrtf(sum / static_cast<float>(width) + eps);
+}
+
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace mvllm::cuda

@@ -79,8 +79,15 @@ void CudaBackend::Impl::set_inv_freq(const RopeParams& rope) {
     MVLLM_CUDA_OK(cudaStreamSynchronize(stream));
     if (inv_freq) cudaFree(inv_freq);
     MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&inv_freq), half * sizeof(float)));
-    MVLLM_CUDA_OK(cudaMemcpy(inv_freq, rope.inv_freq, half * sizeof(float), cudaMemcpyHostToDevice));
+    copy_to_device(inv_freq, rope.inv_freq, half * sizeof(float));
     inv_freq_host.assign(rope.inv_freq, rope.inv_freq + half);
+}
+
+// On the backend's stream, then waits: a plain cudaMemcpy runs on the legacy stream, which a
+// non-blocking stream does not wait for, and may return before a pageable source has landed.
+void CudaBackend::Impl::copy_to_device(void* dst, const void* src, size_t bytes) {
+    MVLLM_CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));
 }
 
 const cuda::QxView* CudaBackend::Impl::qx_for(const TensorView& w, const TensorView& x, cuda::QxView* storage) {
@@ -117,6 +124,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     impl->options = options;
     const char* env = std::getenv("MVLLM_CUDA_GRAPHS");
     impl->graphs_enabled = options.graphs && !(env && std::string(env) == "0");
+    const char* f16_env = std::getenv("MVLLM_CUDA_F16_WEIGHTS");
+    if (f16_env && std::string(f16_env) == "0") impl->options.f16_weight_copies = false;
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
     cudaDeviceProp prop{};
     MVLLM_CUDA_OK(cudaGetDeviceProperties(&prop, options.device));
@@ -157,13 +166,39 @@ Result<TensorView> CudaBackend::upload_weight(const TensorView& host) {
     if (cuda::split_layout(host.type).split) {
         std::vector<uint8_t> split(bytes);
         cuda::split_rows(host.type, static_cast<const uint8_t*>(host.data), split.data(), host.ne[0], host.n_rows());
-        MVLLM_CUDA_OK(cudaMemcpy(ptr, split.data(), bytes, cudaMemcpyHostToDevice));
+        impl_->copy_to_device(ptr, split.data(), bytes);
     } else {
-        MVLLM_CUDA_OK(cudaMemcpy(ptr, host.data, bytes, cudaMemcpyHostToDevice));
+        impl_->copy_to_device(ptr, host.data, bytes);
     }
     TensorView dev = host;
     dev.data = ptr;
+    impl_->add_f16_copy(dev);
     return dev;
+}
+
+void CudaBackend::Impl::add_f16_copy(const TensorView& w) {
+    if (!options.f16_weight_copies || options.batch_invariant || !cuda::gemv_uses_qx(w.type) || w.ne[2] != 1 ||
+        w.ne[3] != 1)
+        return;
+    const size_t bytes = static_cast<size_t>(w.n_elements()) * 2;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess || f16_copy_bytes + bytes > total_b / 4 || bytes > free_b / 2) {
+        cudaGetLastError();
+        return;
+    }
+    void* ptr = nullptr;
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return;  // the matmul dequantises into scratch instead
+    }
+    weights.push_back(ptr);
+    TensorView f16 = w;
+    f16.type = DType::F16;
+    f16.data = ptr;
+    cuda::launch_dequantize(w, f16, stream);
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));
+    f16_copies[w.data] = ptr;
+    f16_copy_bytes += bytes;
 }
 
 Result<DeviceMemory> CudaBackend::memory_info() const {
@@ -188,7 +223,8 @@ Result<std::unique_ptr<KvCache>> CudaBackend::create_kv_cache(const KvCacheConfi
         return make_error("out of GPU memory: KV cache of ", config.n_blocks, " blocks (", mib(bytes),
                           " MiB) did not fit; ", cuda_memory_report());
     }
-    MVLLM_CUDA_OK(cudaMemset(ptr, 0, bytes));
+    MVLLM_CUDA_OK(cudaMemsetAsync(ptr, 0, bytes, impl_->stream));
+    MVLLM_CUDA_OK(cudaStreamSynchronize(impl_->stream));
     return KvCache::wrap(config, ptr, [](void* p) { cudaFree(p); }, /*on_device=*/true);
 }
 
@@ -248,8 +284,8 @@ void CudaBackend::matmul(const TensorView& w, const TensorView& x, const TensorV
     im.wrote(out);
     cuda::QxView storage;
     const cuda::QxView* qx = im.qx_for(w, x, &storage);
-    cuda::launch_matmul(w, x, bias, out, cuda::GemvEpilogue::Store, qx, im.matmul_scratch, im.cublas, im.stream,
-                        im.options.batch_invariant);
+    cuda::launch_matmul(w, im.f16_copy(w), x, bias, out, cuda::GemvEpilogue::Store, qx, im.matmul_scratch, im.cublas,
+                        im.stream, im.options.batch_invariant);
 }
 
 void CudaBackend::matmul_add(const TensorView& w, const TensorView& x, const TensorView& acc, const TensorView&) {
@@ -257,8 +293,8 @@ void CudaBackend::matmul_add(const TensorView& w, const TensorView& x, const Ten
     im.wrote(acc);
     cuda::QxView storage;
     const cuda::QxView* qx = im.qx_for(w, x, &storage);
-    cuda::launch_matmul(w, x, TensorView{}, acc, cuda::GemvEpilogue::Accumulate, qx, im.matmul_scratch, im.cublas,
-                        im.stream, im.options.batch_invariant);
+    cuda::launch_matmul(w, im.f16_copy(w), x, TensorView{}, acc, cuda::GemvEpilogue::Accumulate, qx, im.matmul_scratch,
+                        im.cublas, im.stream, im.options.batch_invariant);
 }
 
 void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up, const TensorView& x,
@@ -349,16 +385,15 @@ void CudaBackend::download(const TensorView& x, void* dst) {
 
 void CudaBackend::upload(const void* src, const TensorView& x) {
     impl_->wrote(x);
-    MVLLM_CUDA_OK(cudaStreamSynchronize(impl_->stream));
-    MVLLM_CUDA_OK(cudaMemcpy(x.data, src, x.n_bytes(), cudaMemcpyHostToDevice));
+    impl_->copy_to_device(x.data, src, x.n_bytes());
 }
 
 void CudaBackend::download_kv_layer(KvCache& cache, int32_t layer, void* k_dst, void* v_dst) {
     const KvLayerView v = cache.layer(layer);
     const size_t half = v.offset(cache.config().n_blocks, 0, 0);
+    MVLLM_CUDA_OK(cudaMemcpyAsync(k_dst, v.k, half, cudaMemcpyDeviceToHost, impl_->stream));
+    MVLLM_CUDA_OK(cudaMemcpyAsync(v_dst, v.v, half, cudaMemcpyDeviceToHost, impl_->stream));
     MVLLM_CUDA_OK(cudaStreamSynchronize(impl_->stream));
-    MVLLM_CUDA_OK(cudaMemcpy(k_dst, v.k, half, cudaMemcpyDeviceToHost));
-    MVLLM_CUDA_OK(cudaMemcpy(v_dst, v.v, half, cudaMemcpyDeviceToHost));
 }
 
 void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst) {

@@ -23,6 +23,11 @@ struct CudaBackendOptions {
     // Record decode steps as CUDA graphs (begin_step). The environment variable
     // MVLLM_CUDA_GRAPHS=0 turns them off too (for A/B timings).
     bool graphs = true;
+    // Keep an F16 copy of each quantised matrix for the cuBLAS path (prefill, batches beyond
+    // kGemvMaxTokens rows) instead of dequantising it into scratch on every such matmul, while
+    // the copies take at most a quarter of the device's memory (later matrices fall back).
+    // MVLLM_CUDA_F16_WEIGHTS=0 turns it off too (for A/B timings); never in batch-invariant mode.
+    bool f16_weight_copies = true;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).

@@ -50,6 +50,16 @@ struct CudaBackend::Impl {
     int32_t n_sms = 0;
     std::string device_name;
     std::vector<void*> weights;  // device allocations of upload_weight
+    std::map<const void*, const void*> f16_copies;  // quantised weight -> its F16 copy
+    size_t f16_copy_bytes = 0;
+    // Host -> device copy ordered on `stream` (every kernel's stream); returns when it landed.
+    void copy_to_device(void* dst, const void* src, size_t bytes);
+    // Makes the F16 copy of a just-uploaded quantised weight when the options and memory allow.
+    void add_f16_copy(const TensorView& w);
+    const void* f16_copy(const TensorView& w) const {
+        const auto it = f16_copies.find(w.data);
+        return it == f16_copies.end() ? nullptr : it->second;
+    }
 
     // The activation arena: slot i is reused by the i-th alloc() of every forward.
     struct Slot {

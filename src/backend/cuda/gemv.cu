@@ -1,6 +1,7 @@
 #include "backend/cuda/gemv.cuh"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dequant.cuh"
@@ -228,20 +229,25 @@ __host__ __device__ constexpr int items_unrolled() {
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
-// Reads: R rows of w (and of w2 when kPair) from row (blockIdx.x * kGemvWarps + warp) * R, the
-// n_tokens <= NT QX rows of x, bias. Writes: out [n_tokens][n_out] (F32; kPair: out_type).
-// Launch: grid ceil(n_out / (kGemvWarps * R)), kGemvWarps * 32 threads. Lane l takes items
-// l, l + 32, ... of its rows: each weight byte is loaded once and dotted with every column.
+// Reads: R rows of w (and of w2 when kPair) from row (blockIdx.x * (kGemvWarps / ks) + warp / ks) * R,
+// the n_tokens <= NT QX rows of x, bias. Writes: out [n_tokens][n_out] (F32; kPair: out_type).
+// Launch: grid ceil(n_out / (kGemvWarps / ks * R)), kGemvWarps * 32 threads, ks in {1, 2, 4}.
+// The ks warps of a row group split its items: lane l of K-part k takes items 32 k + l,
+// 32 (k + ks) + l, ...; each weight byte is loaded once and dotted with every column. The parts
+// are summed in a fixed order (warp sums, then part 0 + 1 + ...), so a column's result depends
+// neither on the other columns nor on which CTA ran it.
 template <DType T, int NT, bool kPair>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_qx_kernel(QuantMatrix w, QuantMatrix w2, QxView x, const float* bias, void* out, DType out_type,
-                   int64_t n_out, int n_tokens, int accumulate) {
+                   int64_t n_out, int n_tokens, int accumulate, int ks) {
     using I = Item<T>;
     constexpr int R = rows_per_warp<T, NT, kPair>();
     constexpr int NS = kPair ? 2 : 1;
-    const int lane = threadIdx.x & 31;
-    const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * R;
-    if (row0 >= n_out) return;
+    __shared__ float partial[kGemvWarps][NS * R * NT];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int part = warp % ks;
+    const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kGemvWarps / ks) + warp / ks) * R;
+    // No early exit (the parts meet at a barrier): rows past the end repeat the last row, unwritten.
     int64_t rows[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) rows[r] = min(row0 + r, n_out - 1);
@@ -255,7 +261,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     const int64_t n_items = x.n_in / I::kValues;
     constexpr int kUnroll = items_unrolled<T, NT, kPair>();
 #pragma unroll kUnroll
-    for (int64_t it = lane; it < n_items; it += 32) {
+    for (int64_t it = 32 * part + lane; it < n_items; it += 32 * ks) {
         I wv[NS][R];
 #pragma unroll
         for (int s = 0; s < NS; ++s)
@@ -275,11 +281,35 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
         }
     }
 #pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int t = 0; t < NT; ++t) acc[s][r][t] = warp_sum(acc[s][r][t]);
+    if (ks > 1) {  // uniform across the CTA
+        if (lane == 0)
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+#pragma unroll
+                    for (int t = 0; t < NT; ++t) partial[warp][(s * R + r) * NT + t] = acc[s][r][t];
+        __syncthreads();
+        if (part != 0) return;
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int t = 0; t < NT; ++t)
+                    for (int k = 1; k < ks; ++k) acc[s][r][t] += partial[warp + k][(s * R + r) * NT + t];
+    }
+#pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
-            float v = warp_sum(acc[0][r][t]);
-            if (kPair) v = silu(v) * warp_sum(acc[NS - 1][r][t]);
+            float v = acc[0][r][t];
+            if (kPair) v = silu(v) * acc[NS - 1][r][t];
             const int64_t o = row0 + r;
             // Every lane holds the sum: lane (r * NT + t) % 32 writes it.
             if (lane == ((r * NT + t) & 31) && o < n_out && t < n_tokens) {
@@ -429,20 +459,14 @@ __device__ __forceinline__ float round_to(DType t, float v) {
     return v;
 }
 
-// Reads: x row, weight. Writes: xn row (as rms_norm_kernel) and its QX blocks. One CTA (256
-// threads) per row; the sum of squares is reduced exactly as in rms_norm_kernel.
+// Reads: x row, weight. Writes: xn row (as rms_norm_kernel) and its QX blocks. One CTA
+// (kRmsThreads) per row; the same rms_scale as rms_norm_kernel.
 template <typename XT>
 __global__ void rms_norm_qx_kernel(const XT* x, const void* weight, DType weight_type, float eps, void* xn,
                                    DType xn_type, QxView q, int64_t width) {
     __shared__ float scratch[32];
     const int64_t base = blockIdx.x * width;
-    float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-        const float v = load_f(x, base + i);
-        sum += v * v;
-    }
-    sum = block_sum(sum, scratch);
-    const float scale = rsqrtf(sum / static_cast<float>(width) + eps);
+    const float scale = rms_scale(x, base, width, eps, scratch);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
     const int64_t n_blocks = width / 32;
     for (int64_t blk = warp; blk < n_blocks; blk += n_warps) {
@@ -453,15 +477,32 @@ __global__ void rms_norm_qx_kernel(const XT* x, const void* weight, DType weight
     }
 }
 
+// Warps that split one row group's items (1, 2 or 4): the fewest that give the launch about 16
+// warps per SM (a short matrix of long rows would otherwise have few loads in flight), as long as
+// every lane keeps half an item or more. Measured on the H200 (bench/NOTES.md). MVLLM_GEMV_KSPLIT=
+// 1|2|4 forces it, for the kernel benchmark.
+int gemv_k_split(int64_t n_items, int64_t n_row_groups) {
+    static const int forced = [] {
+        const char* e = std::getenv("MVLLM_GEMV_KSPLIT");
+        const int v = e ? std::atoi(e) : 0;
+        return v == 1 || v == 2 || v == 4 ? v : 0;
+    }();
+    if (forced) return forced;
+    int ks = 1;
+    while (ks < kGemvWarps && n_row_groups * ks < 2048 && n_items >= 16 * 2 * ks) ks *= 2;
+    return ks;
+}
+
 template <DType T, int NT, bool kPair>
 void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
                     DType out_type, int64_t n_out, int accumulate, cudaStream_t stream) {
     constexpr int R = rows_per_warp<T, NT, kPair>();
-    const unsigned grid = static_cast<unsigned>(ceil_div(n_out, kGemvWarps * R));
+    const int ks = gemv_k_split(x.n_in / Item<T>::kValues, ceil_div(n_out, R));
+    const unsigned grid = static_cast<unsigned>(ceil_div(n_out, kGemvWarps / ks * R));
     const QuantMatrix m = quant_matrix<T>(w.data, w.ne[0], w.ne[1]);
     const QuantMatrix m2 = w2 ? quant_matrix<T>(w2->data, w2->ne[0], w2->ne[1]) : m;
     gemv_qx_kernel<T, NT, kPair><<<grid, kGemvWarps * 32, 0, stream>>>(m, m2, x, bias, out, out_type, n_out,
-                                                                       static_cast<int>(x.n_rows), accumulate);
+                                                                       static_cast<int>(x.n_rows), accumulate, ks);
 }
 
 template <int NT, bool kPair>
@@ -564,8 +605,8 @@ void launch_rms_norm_qx(const TensorView& x, const TensorView& weight, float eps
     if (x.ne[1] == 0) return;
     const unsigned grid = static_cast<unsigned>(x.ne[1]);
     switch (x.type) {
-        case DType::F32: rms_norm_qx_kernel<<<grid, 256, 0, stream>>>(static_cast<const float*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
-        case DType::F16: rms_norm_qx_kernel<<<grid, 256, 0, stream>>>(static_cast<const __half*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
+        case DType::F32: rms_norm_qx_kernel<<<grid, kRmsThreads, 0, stream>>>(static_cast<const float*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
+        case DType::F16: rms_norm_qx_kernel<<<grid, kRmsThreads, 0, stream>>>(static_cast<const __half*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
         default: MVLLM_CHECK(false) << "rms_norm_qx input " << type_name(x.type);
     }
     MVLLM_CUDA_LAUNCH_CHECK();

@@ -148,7 +148,7 @@ QxView ensure_qx(MatmulScratch& scratch, int64_t n_in, int64_t n_rows) {
     return qx_view(scratch.qx, n_in, n_rows);
 }
 
-void launch_matmul(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,
+void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, const TensorView& bias, const TensorView& out,
                    GemvEpilogue epilogue, const QxView* qx, MatmulScratch& scratch, cublasHandle_t cublas,
                    cudaStream_t stream, bool batch_invariant) {
     const int64_t n_in = w.ne[0], n_out = w.ne[1], n_tokens = x.ne[1];
@@ -196,7 +196,9 @@ void launch_matmul(const TensorView& w, const TensorView& x, const TensorView& b
     const cudaDataType_t cuda_type = op_type == DType::F16 ? CUDA_R_16F : CUDA_R_32F;
     const size_t elem = op_type == DType::F16 ? 2 : 4;
     const void* wp = w.data;
-    if (w.type != op_type) {
+    if (w_f16 && op_type == DType::F16) {
+        wp = w_f16;
+    } else if (w.type != op_type) {
         ensure(&scratch.weight, &scratch.weight_bytes, static_cast<size_t>(n_in * n_out) * elem);
         TensorView wd = w;
         wd.type = op_type;

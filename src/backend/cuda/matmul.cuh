@@ -5,7 +5,7 @@
 // W: F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K (device layout: weight_layout.h). The path is a
 // short predicate chain (choose_matmul_path): up to kGemvMaxTokens rows the GEMV of gemv.cuh
 // (each weight read once, 16-byte loads, dp4a on the QX activation for quantised weights); beyond
-// that the weight is dequantised into a scratch matrix and cuBLAS runs the GEMM (F16 operands with
+// that the weight's F16 copy (or, without one, the weight dequantised into scratch) and cuBLAS run the GEMM (F16 operands with
 // F32 accumulation for F16 and quantised weights; F32 throughout for F32 and BF16 weights, so F32
 // models stay exact). The epilogue may add the product to out (the residual add).
 #pragma once
@@ -42,7 +42,8 @@ struct MatmulScratch {
 bool cuda_weight_type_supported(DType type);
 
 // qx: x already quantised (e.g. by launch_rms_norm_qx), or nullptr (quantised here if needed).
-void launch_matmul(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,
+// w_f16: W dequantised to F16 once (same ne), used by the F16 GEMM path, or nullptr.
+void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, const TensorView& bias, const TensorView& out,
                    GemvEpilogue epilogue, const QxView* qx, MatmulScratch& scratch, cublasHandle_t cublas,
                    cudaStream_t stream, bool batch_invariant = false);
 

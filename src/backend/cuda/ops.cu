@@ -30,19 +30,13 @@ __global__ void embed_float_kernel(const void* table, DType table_type, const in
     store_any(out, out_type, row * width + i, load_any(table, table_type, ids[row] * width + i));
 }
 
-// Reads: x row, weight. Writes: out row. One CTA (256 threads) per row.
+// Reads: x row, weight. Writes: out row. One CTA (kRmsThreads) per row.
 template <typename XT, typename OT>
 __global__ void rms_norm_kernel(const XT* x, const void* weight, DType weight_type, float eps, OT* out,
                                 int64_t width) {
     __shared__ float scratch[32];
     const int64_t base = blockIdx.x * width;
-    float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-        const float v = load_f(x, base + i);
-        sum += v * v;
-    }
-    sum = block_sum(sum, scratch);
-    const float scale = rsqrtf(sum / static_cast<float>(width) + eps);
+    const float scale = rms_scale(x, base, width, eps, scratch);
     for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
         store_f(out, base + i, load_f(x, base + i) * scale * load_any(weight, weight_type, i));
 }
@@ -146,24 +140,30 @@ __global__ void argmax_finish_kernel(const unsigned long long* keys, int32_t* ou
 }
 
 // Reads qkv row blockIdx.x ([q_dim | kv_dim | kv_dim] f32). Writes q (rotated) and the row's
-// cache slot: K (rotated) and V. Rotation as rope_kernel (half-split pairs, angle in double).
-// Grid n_tokens, 128 threads: pair index i = threadIdx.x % half over the heads.
+// cache slot: K (rotated) and V. Rotation as rope_kernel (half-split pairs, angle in double): the
+// row's head_dim / 2 (cos, sin) pairs are computed once into shared memory, then every head uses
+// them. Grid n_tokens, 256 threads; head_dim <= 2 * kMaxRopePairs.
+constexpr int kMaxRopePairs = 128;
 __global__ void rope_kv_store_kernel(const float* qkv, float* q, const int32_t* positions, const float* inv_freq,
                                      const int64_t* slot_mapping, int32_t n_heads, int32_t n_kv_heads,
                                      int32_t head_dim, void* kc, void* vc, DType cache_type, int32_t block_size) {
+    __shared__ float2 rot[kMaxRopePairs];
     const int32_t half = head_dim / 2;
     const int32_t q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
     const int64_t row = blockIdx.x;
     const float* src = qkv + row * (q_dim + 2 * kv_dim);
     const int64_t slot = slot_mapping[row];
     const int64_t block = slot / block_size, offset = slot % block_size;
+    for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
+        double sn_d, cs_d;
+        sincos(static_cast<double>(positions[row]) * inv_freq[i], &sn_d, &cs_d);
+        rot[i] = make_float2(static_cast<float>(cs_d), static_cast<float>(sn_d));
+    }
+    __syncthreads();
     // One (head, pair) per thread step: q heads first, then k heads.
     for (int32_t idx = threadIdx.x; idx < (n_heads + n_kv_heads) * half; idx += blockDim.x) {
         const int32_t h = idx / half, i = idx % half;
-        const double angle = static_cast<double>(positions[row]) * inv_freq[i];
-        double sn_d, cs_d;
-        sincos(angle, &sn_d, &cs_d);
-        const float cs = static_cast<float>(cs_d), sn = static_cast<float>(sn_d);
+        const float cs = rot[i].x, sn = rot[i].y;
         const float* v = src + static_cast<int64_t>(h) * head_dim;
         const float x0 = v[i], x1 = v[i + half];
         const float r0 = x0 * cs - x1 * sn, r1 = x1 * cs + x0 * sn;
@@ -210,9 +210,9 @@ void rms_norm_dispatch_out(const TensorView& x, const TensorView& weight, float 
     const dim3 grid(static_cast<unsigned>(x.ne[1]));
     const XT* xp = static_cast<const XT*>(x.data);
     switch (out.type) {
-        case DType::F32: rms_norm_kernel<<<grid, 256, 0, stream>>>(xp, weight.data, weight.type, eps, static_cast<float*>(out.data), x.ne[0]); break;
-        case DType::F16: rms_norm_kernel<<<grid, 256, 0, stream>>>(xp, weight.data, weight.type, eps, static_cast<__half*>(out.data), x.ne[0]); break;
-        case DType::BF16: rms_norm_kernel<<<grid, 256, 0, stream>>>(xp, weight.data, weight.type, eps, static_cast<__nv_bfloat16*>(out.data), x.ne[0]); break;
+        case DType::F32: rms_norm_kernel<<<grid, kRmsThreads, 0, stream>>>(xp, weight.data, weight.type, eps, static_cast<float*>(out.data), x.ne[0]); break;
+        case DType::F16: rms_norm_kernel<<<grid, kRmsThreads, 0, stream>>>(xp, weight.data, weight.type, eps, static_cast<__half*>(out.data), x.ne[0]); break;
+        case DType::BF16: rms_norm_kernel<<<grid, kRmsThreads, 0, stream>>>(xp, weight.data, weight.type, eps, static_cast<__nv_bfloat16*>(out.data), x.ne[0]); break;
         default: MVLLM_CHECK(false) << "rms_norm output " << type_name(out.type);
     }
 }
@@ -330,7 +330,8 @@ void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, con
                 qkv.ne[1] == batch.n_tokens)
         << "rope_kv_store shapes";
     if (batch.n_tokens == 0) return;
-    rope_kv_store_kernel<<<static_cast<unsigned>(batch.n_tokens), 128, 0, stream>>>(
+    MVLLM_CHECK(kv.head_dim <= 2 * kMaxRopePairs) << "rope_kv_store head_dim " << kv.head_dim;
+    rope_kv_store_kernel<<<static_cast<unsigned>(batch.n_tokens), 256, 0, stream>>>(
         static_cast<const float*>(qkv.data), static_cast<float*>(q.data), batch.positions, inv_freq,
         batch.slot_mapping, n_heads, kv.n_kv_heads, kv.head_dim, kv.k, kv.v, static_cast<DType>(kv.dtype),
         kv.block_size);

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# One call on the GPU machine, in stages (STAGES="build test kernels decode throughput profile"
+# by default; any subset, in this order). Builds in build-gpu/ (kept between calls on a warm
+# machine), prints the lines that matter, and packs logs and JSON results into $OUT/run.tgz.
+# Dependencies: scripts/device_deps.sh (carry .devdeps). Usage (repo root):
+#   OUT=dir STAGES="build test" bash bench/h200_run.sh
+set -u -o pipefail
+OUT=${OUT:-$(mktemp -d)}
+STAGES=${STAGES:-build test kernels decode throughput spec sweep profile}
+LOG=$(mktemp -d)
+M=${MODELS:-/tmp/mvllm-models}   # make-model files (kept between calls on a warm machine)
+mkdir -p "$OUT" "$M"
+trap 'tar czf "$OUT/run.tgz" -C "$LOG" . 2>/dev/null' EXIT
+source scripts/device_deps.sh unpack
+B=build-gpu/bin/mvllm
+t0=$(date +%s)
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+model() {  # model PRESET TYPE -> path (made once)
+  local f=$M/$1-$2.gguf
+  [ -f "$f" ] || timeout 200 $B make-model "$f" --preset "$1" --type "$2" > "$LOG/make_$1_$2.log" 2>&1 || echo "make-model $1 $2 failed" >&2
+  echo "$f"
+}
+if has build; then
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMVLLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DMVLLM_BUILD_BENCH=OFF > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
+  cmake --build build-gpu -j16 --target test_cuda mvllm >> "$LOG/build.log" 2>&1 ||
+    { grep -E "error" -A3 "$LOG/build.log" | head -40; exit 1; }
+  echo "build done in $(( $(date +%s) - t0 )) s"
+fi
+if has test; then
+  timeout 240 build-gpu/bin/test_cuda > "$LOG/test_cuda.log" 2>&1
+  echo "test_cuda rc=$?"
+  grep -E "^\[  (FAILED|PASSED|SKIPPED)|rel err|Failure|Expected|Which is|which is|error|CHECK" "$LOG/test_cuda.log" | head -80
+fi
+if has kernels; then
+  for ks in ${KSPLITS:-1 auto}; do
+    e=""; [ $ks != auto ] && e="MVLLM_GEMV_KSPLIT=$ks"
+    env $e timeout 120 $B bench kernels --device cuda --types q4_0,q8_0,q4_k,q6_k --tokens 1,8 \
+      --shapes 4864:896,3584:4608,3584:18944,18944:3584,3584:152064 --replays 10 \
+      --json-out "$LOG/kernels_ks$ks.json" > "$LOG/kernels_ks$ks.log" 2>&1
+    echo "== bench kernels ks=$ks rc=$?"; cat "$LOG/kernels_ks$ks.log"
+  done
+fi
+if has decode; then
+  for p in qwen2.5-0.5b qwen2.5-7b; do
+    f=$(model $p q4_0)
+    timeout 120 $B bench decode -m "$f" --device cuda --kv-dtype f16 --prompt-len 512 -n 127 --repeat 3 \
+      --json-out "$LOG/decode_${p}_q4_0.json" > "$LOG/decode_$p.log" 2>&1
+    echo "bench decode $p q4_0 rc=$?: $(tail -2 "$LOG/decode_$p.log" | tr '\n' ' ')"
+  done
+fi
+if has throughput; then  # B4(a) with F16 KV and activations (llama.cpp's defaults), B4(b) nano-vllm shape
+  for pn in qwen2.5-0.5b:256 qwen2.5-7b:64; do
+    p=${pn%:*} n=${pn#*:}
+    f=$(model $p q4_0)
+    timeout 150 $B bench throughput -m "$f" --device cuda --num-requests $n --max-seqs $n --input-len 512 \
+      --output-len 256 --max-batched-tokens 8192 --kv-cache-memory 90% --kv-dtype f16 --activation-dtype f16 \
+      --json-out "$LOG/b4a_$p.json" > "$LOG/b4a_$p.log" 2>&1
+    echo "B4a $p x$n rc=$?: $(tail -1 "$LOG/b4a_$p.log")"
+  done
+  f=$(model qwen2.5-0.5b q4_0)
+  timeout 150 $B bench throughput -m "$f" --device cuda --num-requests 256 --input-len 100:1024 --output-len 100:1024 \
+    --kv-cache-memory 90% --kv-dtype f16 --activation-dtype f16 --json-out "$LOG/b4b_q05.json" > "$LOG/b4b_q05.log" 2>&1
+  echo "B4b 0.5B rc=$?: $(tail -1 "$LOG/b4b_q05.log")"
+fi
+if has spec; then  # issue 9 on the H200: the shipped model and its draft
+  mkdir -p "$LOG/spec"
+  timeout 150 python3 scripts/bench_spec.py --mvllm $B --device cuda --name h200_spec --out "$LOG/spec" > "$LOG/spec.log" 2>&1
+  echo "bench spec rc=$?"; tail -16 "$LOG/spec.log"
+fi
+if has sweep; then  # B2 / B3 / B5 over both geometries in q4_0 and Q4_K_M
+  mkdir -p "$LOG/sweep"
+  B=$B RES="$LOG/sweep" LOG="$LOG" M="$M" timeout 400 bash bench/cuda_decode_sweep.sh
+fi
+if has profile; then  # kernel time per kernel name: a 7B pp512 prefill and 0.5B batched decode
+  command -v ncu > /dev/null || echo "no ncu"
+  f=$(model qwen2.5-7b q4_0)
+  timeout 200 ncu --csv --metrics gpu__time_duration.sum --launch-count 2000 \
+    $B bench decode -m "$f" --device cuda --kv-dtype f16 --prompt-len 512 -n 2 > "$LOG/ncu_7b_pp512.csv" 2>&1
+  echo "ncu 7B pp512 rc=$?"; python3 bench/ncu_summary.py "$LOG/ncu_7b_pp512.csv" 20
+  f=$(model qwen2.5-0.5b q4_0)
+  timeout 200 ncu --csv --metrics gpu__time_duration.sum --launch-count 3000 \
+    $B bench throughput -m "$f" --device cuda --num-requests 64 --max-seqs 64 --input-len 128 --output-len 8 \
+    --kv-cache-memory 8GiB > "$LOG/ncu_05b_b64.csv" 2>&1
+  echo "ncu 0.5B batch 64 rc=$?"; python3 bench/ncu_summary.py "$LOG/ncu_05b_b64.csv" 20
+fi
+echo "total $(( $(date +%s) - t0 )) s"
