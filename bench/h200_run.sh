@@ -50,13 +50,15 @@ if has decode; then
   done
 fi
 if has throughput; then  # B4(a) with F16 KV and activations (llama.cpp's defaults), B4(b) nano-vllm shape
-  for pn in qwen2.5-0.5b:256 qwen2.5-7b:64; do
-    p=${pn%:*} n=${pn#*:}
+  for p in qwen2.5-0.5b qwen2.5-7b; do
     f=$(model $p q4_0)
-    timeout 150 $B bench throughput -m "$f" --device cuda --num-requests $n --max-seqs $n --input-len 512 \
-      --output-len 256 --max-batched-tokens 8192 --kv-cache-memory 90% --kv-dtype f16 --activation-dtype f16 \
-      --json-out "$LOG/b4a_$p.json" > "$LOG/b4a_$p.log" 2>&1
-    echo "B4a $p x$n rc=$?: $(tail -1 "$LOG/b4a_$p.log")"
+    for n in ${B4_SIZES:-1 16 64 256}; do
+      [ $p = qwen2.5-7b ] && [ $n = 256 ] && continue
+      timeout 150 $B bench throughput -m "$f" --device cuda --num-requests $n --max-seqs $n --input-len 512 \
+        --output-len 256 --max-batched-tokens 8192 --kv-cache-memory 90% --kv-dtype f16 --activation-dtype f16 \
+        --json-out "$LOG/b4a_${p}_b$n.json" > "$LOG/b4a_${p}_b$n.log" 2>&1
+      echo "B4a $p B=$n rc=$?: $(tail -1 "$LOG/b4a_${p}_b$n.log")"
+    done
   done
   f=$(model qwen2.5-0.5b q4_0)
   timeout 150 $B bench throughput -m "$f" --device cuda --num-requests 256 --input-len 100:1024 --output-len 100:1024 \
@@ -72,16 +74,12 @@ if has sweep; then  # B2 / B3 / B5 over both geometries in q4_0 and Q4_K_M
   mkdir -p "$LOG/sweep"
   B=$B RES="$LOG/sweep" LOG="$LOG" M="$M" timeout 400 bash bench/cuda_decode_sweep.sh
 fi
-if has profile; then  # kernel time per kernel name: a 7B pp512 prefill and 0.5B batched decode
+if has profile; then  # kernel time per kernel name (real clocks, warm caches): 7B batch-64 decode steps
   command -v ncu > /dev/null || echo "no ncu"
   f=$(model qwen2.5-7b q4_0)
-  timeout 200 ncu --csv --metrics gpu__time_duration.sum --launch-count 2000 \
-    $B bench decode -m "$f" --device cuda --kv-dtype f16 --prompt-len 512 -n 2 > "$LOG/ncu_7b_pp512.csv" 2>&1
-  echo "ncu 7B pp512 rc=$?"; python3 bench/ncu_summary.py "$LOG/ncu_7b_pp512.csv" 20
-  f=$(model qwen2.5-0.5b q4_0)
-  timeout 200 ncu --csv --metrics gpu__time_duration.sum --launch-count 3000 \
-    $B bench throughput -m "$f" --device cuda --num-requests 64 --max-seqs 64 --input-len 128 --output-len 8 \
-    --kv-cache-memory 8GiB > "$LOG/ncu_05b_b64.csv" 2>&1
-  echo "ncu 0.5B batch 64 rc=$?"; python3 bench/ncu_summary.py "$LOG/ncu_05b_b64.csv" 20
+  timeout 200 ncu --csv --clock-control none --cache-control none --metrics gpu__time_duration.sum --launch-count 2500 \
+    $B bench throughput -m "$f" --device cuda --num-requests 64 --max-seqs 64 --input-len 16 --output-len 64 \
+    --kv-cache-memory 16GiB --kv-dtype f16 --activation-dtype f16 > "$LOG/ncu_7b_b64.csv" 2>&1
+  echo "ncu 7B batch 64 rc=$?"; python3 bench/ncu_summary.py "$LOG/ncu_7b_b64.csv" 25
 fi
 echo "total $(( $(date +%s) - t0 )) s"

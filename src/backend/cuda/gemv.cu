@@ -481,15 +481,18 @@ __global__ void rms_norm_qx_kernel(const XT* x, const void* weight, DType weight
 // warps per SM (a short matrix of long rows would otherwise have few loads in flight), as long as
 // every lane keeps half an item or more. Measured on the H200 (bench/NOTES.md). MVLLM_GEMV_KSPLIT=
 // 1|2|4 forces it, for the kernel benchmark.
-int gemv_k_split(int64_t n_items, int64_t n_row_groups) {
+int gemv_k_split(int64_t n_items, int64_t n_row_groups, bool k_quant) {
     static const int forced = [] {
         const char* e = std::getenv("MVLLM_GEMV_KSPLIT");
         const int v = e ? std::atoi(e) : 0;
         return v == 1 || v == 2 || v == 4 ? v : 0;
     }();
     if (forced) return forced;
+    // K-quant items (64 values, 2-4 parts) keep more loads in flight per lane: they split only
+    // below half the warps (splitting 18944x3584 made them 10-15 % slower).
+    const int64_t target_warps = k_quant ? 1024 : 2048;
     int ks = 1;
-    while (ks < kGemvWarps && n_row_groups * ks < 2048 && n_items >= 16 * 2 * ks) ks *= 2;
+    while (ks < kGemvWarps && n_row_groups * ks < target_warps && n_items >= 16 * 2 * ks) ks *= 2;
     return ks;
 }
 
@@ -497,7 +500,7 @@ template <DType T, int NT, bool kPair>
 void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
                     DType out_type, int64_t n_out, int accumulate, cudaStream_t stream) {
     constexpr int R = rows_per_warp<T, NT, kPair>();
-    const int ks = gemv_k_split(x.n_in / Item<T>::kValues, ceil_div(n_out, R));
+    const int ks = gemv_k_split(x.n_in / Item<T>::kValues, ceil_div(n_out, R), Item<T>::kParts > 1);
     const unsigned grid = static_cast<unsigned>(ceil_div(n_out, kGemvWarps / ks * R));
     const QuantMatrix m = quant_matrix<T>(w.data, w.ne[0], w.ne[1]);
     const QuantMatrix m2 = w2 ? quant_matrix<T>(w2->data, w2->ne[0], w2->ne[1]) : m;
