@@ -6,7 +6,7 @@
 #   OUT=dir STAGES="build test" bash bench/h200_run.sh
 set -u -o pipefail
 OUT=${OUT:-$(mktemp -d)}
-STAGES=${STAGES:-build test kernels decode throughput spec sweep profile}
+STAGES=${STAGES:-build test kernels decode throughput spec sweep long profile}
 LOG=$(mktemp -d)
 M=${MODELS:-/tmp/mvllm-models}   # make-model files (kept between calls on a warm machine)
 mkdir -p "$OUT" "$M"
@@ -73,6 +73,14 @@ fi
 if has sweep; then  # B2 / B3 / B5 over both geometries in q4_0 and Q4_K_M
   mkdir -p "$LOG/sweep"
   B=$B RES="$LOG/sweep" LOG="$LOG" M="$M" timeout 400 bash bench/cuda_decode_sweep.sh
+fi
+if has long; then  # B3 rows after 32K-token prompts (the 7B one needs the one-split prefill)
+  for p in qwen2.5-7b qwen2.5-0.5b; do
+    f=$(model $p q4_0)
+    timeout 120 $B bench decode -m "$f" --device cuda --kv-dtype f16 --prompt-len 32768 -n 127 \
+      --json-out "$LOG/b3_${p}_q4_0_p32768.json" > "$LOG/b3_${p}_long.log" 2>&1
+    echo "B3 $p q4_0 prompt 32768 rc=$?: $(tail -1 "$LOG/b3_${p}_long.log")"
+  done
 fi
 if has profile; then  # kernel time per kernel name (real clocks, warm caches): 7B batch-64 decode steps
   command -v ncu > /dev/null || echo "no ncu"

@@ -1,6 +1,7 @@
 // Recorded decode steps (CUDA graphs, graph_step.cpp) against the same steps run eagerly: three
-// sequences of different lengths decoding together and one alone, over a context-bucket boundary
-// (256 -> 512), on the F32 tiny-qwen2 fixture and its Q8_0 / Q4_K_M conversions. Logits must agree
+// sequences of different lengths decoding together (the GEMV path), twelve together (beyond
+// kGemvMaxTokens rows: cuBLAS GEMMs inside the recording) and one alone, over a context-bucket
+// boundary (256 -> 512), on the F32 tiny-qwen2 fixture and its Q8_0 / Q4_K_M conversions. Logits must agree
 // to rounding and greedy tokens must be equal. The eager run plans the attention split for the
 // exact context, the graph for the bucket: the same sums grouped differently, and the tensor-core
 // attention of F16 KV rounds each split's probabilities to f16 (2^-11 relative), so logits differ
@@ -24,9 +25,9 @@ struct StepLogits {
     int32_t n_graphs = 0;
 };
 
-// Prefills three sequences (contexts 5, 120, 250), then decodes them together for 12 steps with
-// fixed random tokens (contexts cross 256), then a lone greedy continuation of 24 tokens.
-StepLogits run_steps(const Model& model, bool graphs) {
+// Prefills the sequences (contexts as given), then decodes them together for 12 steps with fixed
+// random tokens (contexts cross 256), then a lone greedy continuation of 24 tokens.
+StepLogits run_steps(const Model& model, bool graphs, const std::vector<int32_t>& contexts) {
     CudaBackendOptions o;
     o.graphs = graphs;
     auto be = CudaBackend::create(o);
@@ -37,12 +38,12 @@ StepLogits run_steps(const Model& model, bool graphs) {
     EXPECT_TRUE(dec.is_ok()) << dec.status().message();
     if (!dec.is_ok()) return r;
     const int32_t bs = 16, blocks_per_seq = 24;
-    auto cache = (*be)->create_kv_cache((*dec)->kv_config(4 * blocks_per_seq, bs, DType::F16));
+    const int32_t n_seqs = static_cast<int32_t>(contexts.size());
+    auto cache = (*be)->create_kv_cache((*dec)->kv_config(n_seqs * blocks_per_seq, bs, DType::F16));
     EXPECT_TRUE(cache.is_ok());
     if (!cache.is_ok()) return r;
     const int64_t n_vocab = model.config.n_vocab;
     std::mt19937 rng(7);
-    const std::vector<int32_t> contexts = {5, 120, 250};
     std::vector<std::vector<int32_t>> tables(contexts.size());
     std::vector<int32_t> pos(contexts.size());
     for (size_t s = 0; s < contexts.size(); ++s) {
@@ -100,19 +101,25 @@ TEST(CudaGraphs, RecordedStepsMatchEagerSteps) {
         models.push_back(std::move(*m));
         std::filesystem::remove(path);
     }
+    std::vector<int32_t> twelve;
+    for (int32_t i = 0; i < 12; ++i) twelve.push_back(5 + 22 * i);  // 5 .. 247: the last ones cross 256
     for (const auto& model : models) {
-        const StepLogits eager = run_steps(*model, false);
-        const StepLogits graph = run_steps(*model, true);
-        ASSERT_EQ(eager.steps.size(), graph.steps.size());
-        double worst = 0;
-        for (size_t i = 0; i < eager.steps.size(); ++i) worst = std::max(worst, rel_max_error(graph.steps[i], eager.steps[i]));
-        std::printf("%s: graphs %d (eager run %d), logits rel err vs eager %.3g, greedy %s\n", model->path.c_str(),
-                    graph.n_graphs, eager.n_graphs, worst, graph.greedy == eager.greedy ? "equal" : "DIFFERENT");
-        EXPECT_EQ(eager.n_graphs, 0);
-        // Batch of 3 in buckets 256 and 512, batch of 1 in 256 and 512.
-        EXPECT_GE(graph.n_graphs, 3);
-        EXPECT_LE(worst, 1e-3);
-        EXPECT_EQ(graph.greedy, eager.greedy);
+        for (const std::vector<int32_t>& contexts : {std::vector<int32_t>{5, 120, 250}, twelve}) {
+            const StepLogits eager = run_steps(*model, false, contexts);
+            const StepLogits graph = run_steps(*model, true, contexts);
+            ASSERT_EQ(eager.steps.size(), graph.steps.size());
+            double worst = 0;
+            for (size_t i = 0; i < eager.steps.size(); ++i)
+                worst = std::max(worst, rel_max_error(graph.steps[i], eager.steps[i]));
+            std::printf("%s, %zu sequences: graphs %d (eager run %d), logits rel err vs eager %.3g, greedy %s\n",
+                        model->path.c_str(), contexts.size(), graph.n_graphs, eager.n_graphs, worst,
+                        graph.greedy == eager.greedy ? "equal" : "DIFFERENT");
+            EXPECT_EQ(eager.n_graphs, 0);
+            // The batch in buckets 256 and 512, the lone sequence in 256 and 512.
+            EXPECT_GE(graph.n_graphs, 3);
+            EXPECT_LE(worst, 1e-3);
+            EXPECT_EQ(graph.greedy, eager.greedy);
+        }
     }
 }
 

@@ -537,7 +537,10 @@ FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context
     // The fewest splits that minimise (waves of CTAs) x (tokens per split): every CTA runs about
     // as long as its split, and a partial last wave costs as much as a full one.
     const int64_t base = std::max<int64_t>(1, static_cast<int64_t>(n_rows) * n_ctas_per_row);
-    const int64_t most = std::max<int64_t>(1, ceil_div(max_context, min_split_tokens));
+    // A batch that fills every slot already (a long prefill chunk, many decodes) gains nothing
+    // from splitting, and its split partials would grow with rows x splits (116 GiB for a
+    // 32K-token prefill of the 7B geometry): one split.
+    const int64_t most = base >= n_slots ? 1 : std::max<int64_t>(1, ceil_div(max_context, min_split_tokens));
     int64_t best_n = 1, best_cost = INT64_MAX;
     for (int64_t n = 1; n <= most; ++n) {
         const int64_t cost = ceil_div(base * n, std::max(n_slots, 1)) * ceil_div(max_context, n);

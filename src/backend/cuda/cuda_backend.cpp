@@ -48,6 +48,7 @@ CudaBackend::Impl::~Impl() {
     if (argmax_out) cudaFree(argmax_out);
     if (argmax_keys) cudaFree(argmax_keys);
     if (cublas) cublasDestroy(cublas);
+    if (cublas_workspace) cudaFree(cublas_workspace);
     if (stream) cudaStreamDestroy(stream);
 }
 
@@ -135,6 +136,10 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     MVLLM_CUDA_OK(cudaEventCreateWithFlags(&impl->meta_copied, cudaEventDisableTiming));
     if (cublasCreate(&impl->cublas) != CUBLAS_STATUS_SUCCESS) return make_error("cuBLAS could not be initialised");
     cublasSetStream(impl->cublas, impl->stream);
+    // A workspace of our own: cuBLAS then allocates nothing while a decode step is being recorded.
+    MVLLM_CUDA_OK(cudaMalloc(&impl->cublas_workspace, Impl::kCublasWorkspaceBytes));
+    if (cublasSetWorkspace(impl->cublas, impl->cublas_workspace, Impl::kCublasWorkspaceBytes) != CUBLAS_STATUS_SUCCESS)
+        return make_error("cuBLAS rejected its workspace");
     return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
 }
 

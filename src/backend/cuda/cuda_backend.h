@@ -71,7 +71,7 @@ public:
     void rope_kv_store(const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads, const RopeParams& rope,
                        const TensorView& q, KvCache& cache, int32_t layer) override;
 
-    // Decode steps (every sequence one token, up to kGemvMaxTokens sequences, fused attention)
+    // Decode steps (every sequence one token, up to 512 sequences, fused attention)
     // are recorded as one CUDA graph per (program, cache, batch size, context bucket) on their
     // second occurrence and replayed after: the step's inputs go to fixed device buffers by one
     // copy, then one graph launch (graph_step.cpp).

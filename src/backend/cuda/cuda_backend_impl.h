@@ -25,6 +25,10 @@ namespace mvllm {
 
 std::string cuda_memory_report();
 
+// What recorded kernels point at besides weights and the cache (scratch buffers grow by
+// reallocation): the arena generation and the scratch pointers.
+using StepResources = std::tuple<uint64_t, const void*, const void*, const void*, const void*, const void*, const void*>;
+
 // A recorded decode step: its graph and the fixed device buffer its kernels read the step's
 // inputs from.
 struct StepGraph {
@@ -35,7 +39,8 @@ struct StepGraph {
     int64_t total_context = 0;
     // What the recorded kernels point at besides weights and the cache: a replay is valid only
     // while these are unchanged (scratch buffers grow by reallocation).
-    std::tuple<uint64_t, const void*, const void*, const void*, const void*> resources;
+    StepResources resources;
+    uint64_t last_use = 0;  // the step counter at its last replay (least recently used goes first)
 };
 
 // (program, cache storage, block size, batch size, context bucket).
@@ -47,11 +52,15 @@ struct CudaBackend::Impl {
     CudaBackendOptions options;
     cudaStream_t stream = nullptr;
     cublasHandle_t cublas = nullptr;
+    static constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+    void* cublas_workspace = nullptr;
     int32_t n_sms = 0;
     std::string device_name;
     std::vector<void*> weights;  // device allocations of upload_weight
     std::map<const void*, const void*> f16_copies;  // quantised weight -> its F16 copy
     size_t f16_copy_bytes = 0;
+    // Drops the least recently used graphs until at most `keep` remain.
+    void evict_graphs(size_t keep);
     // Host -> device copy ordered on `stream` (every kernel's stream); returns when it landed.
     void copy_to_device(void* dst, const void* src, size_t bytes);
     // Makes the F16 copy of a just-uploaded quantised weight when the options and memory allow.
@@ -95,7 +104,9 @@ struct CudaBackend::Impl {
     bool graphs_enabled = true;
     StepMode mode = StepMode::Eager;
     StepKey step_key;
-    std::map<StepKey, StepGraph> graphs;
+    std::map<StepKey, StepGraph> graphs;  // at most kMaxGraphs, least recently used dropped
+    static constexpr size_t kMaxGraphs = 96;
+    uint64_t step_counter = 0;
     std::map<StepKey, int> seen;
 
     ~Impl();
@@ -108,8 +119,9 @@ struct CudaBackend::Impl {
     // The QX of x for a GEMV (computed unless the last producer of x left it), or nullptr when w
     // does not take the integer GEMV for this many rows.
     const cuda::QxView* qx_for(const TensorView& w, const TensorView& x, cuda::QxView* storage);
-    std::tuple<uint64_t, const void*, const void*, const void*, const void*> resources() const {
-        return {arena_generation, attention_scratch.partial, attention_scratch.counters, matmul_scratch.qx, inv_freq};
+    StepResources resources() const {
+        return {arena_generation, attention_scratch.partial, attention_scratch.counters, matmul_scratch.qx,
+                matmul_scratch.input, matmul_scratch.weight, inv_freq};
     }
 };
 

@@ -1,7 +1,7 @@
 // The CUDA backend's per-step inputs and its recorded decode steps.
 //
 // begin() packs the batch metadata into pinned host memory and copies it to the device in one
-// transfer. A decode step (every sequence one new token, at most kGemvMaxTokens of them, fused
+// transfer. A decode step (every sequence one new token, at most kMaxRecordedRows of them, fused
 // attention) can instead be a CUDA graph: the kernels of a step only differ between steps in the
 // metadata they read (token ids, positions, slots, block tables, context lengths), so the graph
 // is recorded with that metadata at a fixed device address and a fixed layout, sized for the batch
@@ -13,7 +13,8 @@
 //   2nd step:          eager again, recorded by stream capture, then launched
 //   later steps:       one metadata copy + one graph launch; the decoder issues no ops
 //
-// A graph is dropped (and the key starts over) when a buffer it points at was reallocated since.
+// A graph is dropped (and the key starts over) when a buffer it points at was reallocated since;
+// beyond kMaxGraphs graphs the least recently replayed one is dropped.
 #include <cstring>
 
 #include "backend/cuda/cuda_backend_impl.h"
@@ -93,11 +94,14 @@ size_t pack_batch(const Batch& b, const MetaCapacity& cap, uint8_t* host, void* 
     return off;
 }
 
+// Decode batches up to this many sequences are recorded (beyond kGemvMaxTokens rows the step's
+// matmuls are cuBLAS GEMMs, recorded like any kernel).
+constexpr size_t kMaxRecordedRows = 512;
+
 // A decode step a graph can record: every sequence contributes one token that wants logits.
 bool recordable(const Batch& b) {
     const size_t n = b.token_ids.size();
-    if (n == 0 || n > static_cast<size_t>(cuda::kGemvMaxTokens) || b.seqs.size() != n || b.logit_rows.size() != n)
-        return false;
+    if (n == 0 || n > kMaxRecordedRows || b.seqs.size() != n || b.logit_rows.size() != n) return false;
     for (const BatchSequence& s : b.seqs)
         if (s.n_tokens != 1) return false;
     return true;
@@ -157,6 +161,7 @@ bool CudaBackend::begin_step(const Batch& b, uint64_t program, KvCache& cache) {
     im.ensure_meta(cap.bytes());
     StepGraph* g = nullptr;
     if (it == im.graphs.end()) {
+        im.evict_graphs(Impl::kMaxGraphs - 1);
         StepGraph fresh;
         const cudaError_t err = cudaMalloc(&fresh.meta_device, cap.bytes());
         MVLLM_CHECK(err == cudaSuccess) << "graph metadata did not fit (" << cuda_memory_report() << ")";
@@ -177,6 +182,7 @@ bool CudaBackend::begin_step(const Batch& b, uint64_t program, KvCache& cache) {
     im.arena_next = 0;
     im.qx_source = nullptr;
     im.step_key = key;
+    g->last_use = ++im.step_counter;
     if (im.mode == StepMode::Capture)
         MVLLM_CUDA_OK(cudaStreamBeginCapture(im.stream, cudaStreamCaptureModeThreadLocal));
     return im.mode == StepMode::Replay;
@@ -195,6 +201,19 @@ void CudaBackend::end_step() {
     }
     MVLLM_CUDA_OK(cudaGraphLaunch(g.exec, im.stream));
     im.mode = StepMode::Eager;
+}
+
+void CudaBackend::Impl::evict_graphs(size_t keep) {
+    while (graphs.size() > keep) {
+        auto lru = graphs.begin();
+        for (auto g = graphs.begin(); g != graphs.end(); ++g)
+            if (g->second.last_use < lru->second.last_use) lru = g;
+        MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // a replay may still read its metadata
+        if (lru->second.exec) cudaGraphExecDestroy(lru->second.exec);
+        cudaFree(lru->second.meta_device);
+        seen.erase(lru->first);
+        graphs.erase(lru);
+    }
 }
 
 int32_t CudaBackend::n_graphs() const { return static_cast<int32_t>(impl_->graphs.size()); }
