@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """SVG plots of the CUDA decode results under bench/results/ (no plotting library needed):
-cuda_kernels_gemv.svg (batch-1 GEMV, % of the copy bandwidth per type and shape) and
-cuda_decode.svg (decode tok/s of the committed bench decode runs against llama.cpp).
+cuda_kernels_gemv.svg (batch-1 GEMV, % of the copy bandwidth per type and shape),
+cuda_decode.svg (decode tok/s of the committed bench decode runs against llama.cpp), and from
+the H200 runs in h200/: h200/b4a.svg (BENCHMARKS.md B4(a) decode tok/s per batch against
+llama.cpp) and h200/b3.svg (B3: decode tok/s after prompts of 128..32768 tokens).
 Usage: scripts/plot_cuda_bench.py [results_dir]"""
 import json
 import os
@@ -33,7 +35,9 @@ def bars(title, rows, unit, path, vmax=None, line=None):
 
 def main():
     d = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..', 'bench', 'results')
-    k = json.load(open(os.path.join(d, 'cuda_kernels_gemv.json')))
+    h = os.path.join(d, 'h200')
+    latest = os.path.join(h, 'kernels_gemv_ksauto.json')
+    k = json.load(open(latest if os.path.exists(latest) else os.path.join(d, 'cuda_kernels_gemv.json')))
     colours = {'q4_0': '#4a7bd0', 'q8_0': '#2a9d8f', 'q4_K': '#e9a03b', 'q6_K': '#c0612b', 'f16': '#7a5cc0', 'bf16': '#999'}
     rows = [(f"{c['type']} {c['n_in']}x{c['n_out']}", c['pct_of_copy'], colours.get(c['type'], '#4a7bd0'))
             for c in k['cases'] if c['n_tokens'] == 1]
@@ -52,7 +56,43 @@ def main():
                 anchored.add(geometry)
                 runs.append((geometry + ', llama.cpp', anchor, '#bbb'))
     runs.insert(0, ('0.5B q4_0, before (issue 4, f32 KV)', 383, '#999'))
+    for name, label in [('decode_q05_q4_0.json', '0.5B q4_0, now'), ('decode_q7_q4_0.json', '7B q4_0, now')]:
+        p = os.path.join(h, name)
+        if os.path.exists(p):
+            runs.append((label, json.load(open(p))['decode_tok_s_median'], '#2a9d8f'))
     bars('Decode tok/s after a 512-token prompt, batch 1, H200', runs, 'tok/s', os.path.join(d, 'cuda_decode.svg'))
+    if os.path.isdir(h):
+        plot_h200(h)
+
+
+# llama.cpp on the same H200 (BENCHMARKS.md B4(a)), decode tok/s per batch size.
+LLAMA_B4 = {('q05', 1): 768, ('q05', 16): 4204, ('q05', 64): 10210, ('q05', 256): 17853,
+            ('q7', 1): 348, ('q7', 16): 2200, ('q7', 64): 5055}
+
+
+def plot_h200(h):
+    rows = []
+    for model, label in [('q05', '0.5B q4_0'), ('q7', '7B q4_0')]:
+        for b in (1, 16, 64, 256):
+            p = os.path.join(h, f'b4a_{model}_b{b}.json')
+            if not os.path.exists(p):
+                continue
+            rows.append((f'{label}, B={b}', json.load(open(p))['decode_tok_s'], '#2a9d8f'))
+            rows.append((f'{label}, B={b}, llama.cpp', LLAMA_B4[(model, b)], '#bbb'))
+    if rows:
+        bars('B4(a) decode tok/s, 512-token prompts, 256 generated, F16 KV, H200', rows, 'tok/s',
+             os.path.join(h, 'b4a.svg'))
+    rows = []
+    for geo, label in [('qwen2.5-0.5b', '0.5B'), ('qwen2.5-7b', '7B')]:
+        for typ in ('q4_0', 'q4_k_m'):
+            for prompt in (128, 512, 1024, 2048, 4096, 16384, 32768):
+                p = os.path.join(h, f'b3_{geo}_{typ}_p{prompt}.json')
+                if os.path.exists(p):
+                    rows.append((f'{label} {typ}, prompt {prompt}', json.load(open(p))['decode_tok_s_median'],
+                                 '#4a7bd0' if typ == 'q4_0' else '#e9a03b'))
+    if rows:
+        bars('B3 decode tok/s (127 steps) after a prompt, batch 1, F16 KV, H200', rows, 'tok/s',
+             os.path.join(h, 'b3.svg'))
 
 
 if __name__ == '__main__':
