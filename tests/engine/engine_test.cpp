@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -124,6 +125,34 @@ TEST(Engine, GreedyMatchesTransformersReference) {
     EXPECT_EQ(c.n_running, 0);
     EXPECT_EQ(c.n_waiting, 0);
     EXPECT_EQ(c.n_free_blocks, c.n_total_blocks);
+}
+
+// A step whose requests are all plain greedy takes the backend's argmax; one penalised request in
+// the batch sends the whole step through the host sampler. Either way each request gets its own
+// tokens: the plain ones as alone, the penalised one never repeats a token.
+TEST(Engine, PlainGreedyAndPenalisedRequestsShareSteps) {
+    std::mt19937 rng(5);
+    const std::vector<int32_t> p1 = random_prompt(rng, 9), p2 = random_prompt(rng, 6), p3 = random_prompt(rng, 12);
+    auto engine = Engine::create(*tiny().decoder, small_options(256)).value();
+    Request plain1, penalised, plain2;
+    plain1.prompt_ids = p1;
+    plain1.sampling = greedy(12);
+    penalised.prompt_ids = p2;
+    penalised.sampling = greedy(10);
+    penalised.sampling.repetition_penalty = 1e4f;
+    plain2.prompt_ids = p3;
+    plain2.sampling = greedy(16);  // outlives the penalised one: later steps are all plain greedy
+    const std::vector<Outcome> out = run_all(*engine, {plain1, penalised, plain2});
+    EXPECT_EQ(out[0].tokens, greedy_alone(p1, 12));
+    EXPECT_EQ(out[2].tokens, greedy_alone(p3, 16));
+    std::vector<int32_t> seen = p2;
+    ASSERT_EQ(out[1].tokens.size(), 10u);
+    for (int32_t t : out[1].tokens) {
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), t), 0) << "repeated token " << t;
+        seen.push_back(t);
+    }
+    auto alone = Engine::create(*tiny().decoder, small_options(256)).value();
+    EXPECT_EQ(run_all(*alone, {penalised})[0].tokens, out[1].tokens);
 }
 
 TEST(Engine, TinyPoolPreemptsAndMatchesEachRequestAlone) {
