@@ -54,10 +54,14 @@ if has throughput; then  # B4(a) with F16 KV and activations (llama.cpp's defaul
     f=$(model $p q4_0)
     for n in ${B4_SIZES:-1 16 64 256}; do
       [ $p = qwen2.5-7b ] && [ $n = 256 ] && continue
-      timeout 150 $B bench throughput -m "$f" --device cuda --num-requests $n --max-seqs $n --input-len 512 \
-        --output-len 256 --max-batched-tokens 8192 --kv-cache-memory 90% --kv-dtype f16 --activation-dtype f16 \
-        --json-out "$LOG/b4a_${p}_b$n.json" > "$LOG/b4a_${p}_b$n.log" 2>&1
-      echo "B4a $p B=$n rc=$?: $(tail -1 "$LOG/b4a_${p}_b$n.log")"
+      # B4_AB=1: also with cuBLAS on the F16 copies instead of the quantised tile GEMM.
+      for tiles in 256 ${B4_AB:+0}; do
+        MVLLM_GEMM_TILES_MAX_ROWS=$tiles timeout 150 $B bench throughput -m "$f" --device cuda --num-requests $n \
+          --max-seqs $n --input-len 512 --output-len 256 --max-batched-tokens 8192 --kv-cache-memory 90% \
+          --kv-dtype f16 --activation-dtype f16 --json-out "$LOG/b4a_${p}_b${n}_tiles$tiles.json" \
+          > "$LOG/b4a_${p}_b${n}_tiles$tiles.log" 2>&1
+        echo "B4a $p B=$n tiles<=$tiles rc=$?: $(tail -1 "$LOG/b4a_${p}_b${n}_tiles$tiles.log")"
+      done
     done
   done
   f=$(model qwen2.5-0.5b q4_0)

@@ -47,7 +47,7 @@ TEST(CudaOps, MatmulMatchesReference) {
         std::vector<float> bias = random_floats(static_cast<size_t>(mc.n_out), seed++, 0.1f);
         auto bias_dev = be->upload_weight(host_view(DType::F32, mc.n_out, 1, bias.data()));
         ASSERT_TRUE(bias_dev.is_ok());
-        for (int64_t n_tokens : {1, 2, 3, 5, 8, 9, 40}) {
+        for (int64_t n_tokens : {1, 2, 3, 5, 8, 9, 40, 70, 300}) {
             for (DType xt : {DType::F32, DType::F16}) {
                 for (bool with_bias : {false, true}) {
                     const std::vector<float> xv = random_floats(static_cast<size_t>(mc.n_in * n_tokens), seed++);
@@ -68,9 +68,11 @@ TEST(CudaOps, MatmulMatchesReference) {
                             for (int64_t o = 0; o < mc.n_out; ++o) ref[t * mc.n_out + o] += bias[o];
                     const cuda::MatmulPath path = cuda::choose_matmul_path(mc.weight, n_tokens);
                     // F32 math (GEMV, F32 GEMM): rounding of sums of <= 512 products, far below
-                    // 1e-4. F16 GEMM: x rounded to f16 (2^-11 relative) and the weight too where its
-                    // dequantised value needs more than 11 mantissa bits: a few 1e-4, bound 2e-3.
-                    const double tol = path == cuda::MatmulPath::GemmF16 ? 2e-3 : 1e-4;
+                    // 1e-4. F16 GEMM (cuBLAS, or the quantised tile GEMM): x rounded to f16 (2^-11
+                    // relative) and the weight too where its dequantised value needs more than 11
+                    // mantissa bits: a few 1e-4, bound 2e-3.
+                    const bool f16_operands = path == cuda::MatmulPath::GemmF16 || path == cuda::MatmulPath::GemmTiles;
+                    const double tol = f16_operands ? 2e-3 : 1e-4;
                     const double err = rel_max_error(got, ref);
                     EXPECT_LE(err, tol) << type_name(mc.weight) << " " << mc.n_in << "x" << mc.n_out << " tokens "
                                         << n_tokens << " x " << type_name(xt) << " path "
@@ -121,6 +123,65 @@ TEST(CudaOps, DecodeGemvLargeShapes) {
     }
 }
 
+// The quantised tile GEMM (gemm_tiles.cuh) on 7B-sized matrices: Q4_0 / Q8_0, 9..256 token
+// columns (partial 64-token tiles), an 18944-long row (split into K slices summed by a second
+// kernel) with only 96 rows (a partial 128-row tile), with bias and as a residual add. F16
+// operands as cuBLAS's: bound 2e-3 of the largest output.
+TEST(CudaOps, QuantisedTileGemmLargeShapes) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda();
+    ASSERT_TRUE(be);
+    struct Shape {
+        int64_t n_in, n_out;
+    };
+    uint64_t seed = 500;
+    for (DType type : {DType::Q4_0, DType::Q8_0}) {
+        for (const Shape& sh : {Shape{3584, 4608}, Shape{18944, 96}}) {
+            const std::vector<float> w_values = random_floats(static_cast<size_t>(sh.n_in * sh.n_out), seed++, 0.5f);
+            std::vector<uint8_t> w_bytes = encode_rows(type, w_values, sh.n_in);
+            const TensorView w_host = host_view(type, sh.n_in, sh.n_out, w_bytes.data());
+            auto w_dev = be->upload_weight(w_host);
+            ASSERT_TRUE(w_dev.is_ok()) << w_dev.status().message();
+            std::vector<float> bias = random_floats(static_cast<size_t>(sh.n_out), seed++, 0.1f);
+            auto bias_dev = be->upload_weight(host_view(DType::F32, sh.n_out, 1, bias.data()));
+            ASSERT_TRUE(bias_dev.is_ok());
+            for (int64_t n_tokens : {9, 64, 65, 200}) {
+                ASSERT_EQ(cuda::choose_matmul_path(type, n_tokens), cuda::MatmulPath::GemmTiles);
+                const std::vector<float> xv = random_floats(static_cast<size_t>(sh.n_in * n_tokens), seed++);
+                const std::vector<float> acc0 = random_floats(static_cast<size_t>(sh.n_out * n_tokens), seed++);
+                std::vector<float> xh = xv;
+                Batch batch = simple_batch(std::vector<int32_t>(n_tokens, 0), 0);
+                be->begin(batch);
+                TensorView x = be->alloc(DType::F32, sh.n_in, n_tokens);
+                be->upload(xv.data(), x);
+                TensorView out = be->alloc(DType::F32, sh.n_out, n_tokens);
+                TensorView acc = be->alloc(DType::F32, sh.n_out, n_tokens);
+                TensorView scratch = be->alloc(DType::F32, sh.n_out, n_tokens);
+                be->upload(acc0.data(), acc);
+                be->matmul(*w_dev, x, *bias_dev, out);
+                be->matmul_add(*w_dev, x, acc, scratch);
+                std::vector<float> got(static_cast<size_t>(sh.n_out * n_tokens)), got_acc(got.size()), ref(got.size());
+                be->to_host(out, got.data());
+                be->to_host(acc, got_acc.data());
+                matmul_reference(w_host, host_view(DType::F32, sh.n_in, n_tokens, xh.data()),
+                                 host_view(DType::F32, sh.n_out, n_tokens, ref.data()));
+                std::vector<float> ref_bias = ref, ref_acc = ref;
+                for (int64_t t = 0; t < n_tokens; ++t)
+                    for (int64_t o = 0; o < sh.n_out; ++o) {
+                        ref_bias[t * sh.n_out + o] += bias[o];
+                        ref_acc[t * sh.n_out + o] += acc0[t * sh.n_out + o];
+                    }
+                const double err = rel_max_error(got, ref_bias), err_acc = rel_max_error(got_acc, ref_acc);
+                EXPECT_LE(err, 2e-3) << type_name(type) << " " << sh.n_in << "x" << sh.n_out << " tokens " << n_tokens;
+                EXPECT_LE(err_acc, 2e-3) << "accumulate " << type_name(type) << " " << sh.n_in << "x" << sh.n_out
+                                         << " tokens " << n_tokens;
+                std::printf("gemm tiles %s %ldx%ld tokens %ld: rel err %.3g (bias), %.3g (residual add)\n",
+                            type_name(type), long(sh.n_in), long(sh.n_out), long(n_tokens), err, err_acc);
+            }
+        }
+    }
+}
+
 // The fused forms against their definitions on the CPU reference: acc += W x (the residual add
 // in the GEMV epilogue; and cuBLAS beta = 1 beyond 8 rows) and silu(W_gate x) * (W_up x).
 TEST(CudaOps, FusedMatmulsMatchReference) {
@@ -162,7 +223,8 @@ TEST(CudaOps, FusedMatmulsMatchReference) {
             cpu::silu_mul(pool, host_view(DType::F32, n_out, n_tokens, rg.data()),
                           host_view(DType::F32, n_out, n_tokens, ru.data()),
                           host_view(DType::F32, n_out, n_tokens, ref_h.data()));
-            const bool gemm_f16 = cuda::choose_matmul_path(type, n_tokens) == cuda::MatmulPath::GemmF16;
+            const cuda::MatmulPath path = cuda::choose_matmul_path(type, n_tokens);
+            const bool gemm_f16 = path == cuda::MatmulPath::GemmF16 || path == cuda::MatmulPath::GemmTiles;
             const double tol = gemm_f16 ? 2e-3 : 1e-4;
             EXPECT_LE(rel_max_error(got_acc, ref_acc), tol) << "matmul_add " << type_name(type) << " tokens " << n_tokens;
             EXPECT_LE(rel_max_error(got_h, ref_h), tol) << "matmul_swiglu " << type_name(type) << " tokens " << n_tokens;

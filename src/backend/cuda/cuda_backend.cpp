@@ -290,7 +290,7 @@ void CudaBackend::matmul(const TensorView& w, const TensorView& x, const TensorV
     cuda::QxView storage;
     const cuda::QxView* qx = im.qx_for(w, x, &storage);
     cuda::launch_matmul(w, im.f16_copy(w), x, bias, out, cuda::GemvEpilogue::Store, qx, im.matmul_scratch, im.cublas,
-                        im.stream, im.options.batch_invariant);
+                        im.stream, im.n_sms, im.options.batch_invariant);
 }
 
 void CudaBackend::matmul_add(const TensorView& w, const TensorView& x, const TensorView& acc, const TensorView&) {
@@ -299,7 +299,7 @@ void CudaBackend::matmul_add(const TensorView& w, const TensorView& x, const Ten
     cuda::QxView storage;
     const cuda::QxView* qx = im.qx_for(w, x, &storage);
     cuda::launch_matmul(w, im.f16_copy(w), x, TensorView{}, acc, cuda::GemvEpilogue::Accumulate, qx, im.matmul_scratch,
-                        im.cublas, im.stream, im.options.batch_invariant);
+                        im.cublas, im.stream, im.n_sms, im.options.batch_invariant);
 }
 
 void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up, const TensorView& x,

@@ -1,7 +1,10 @@
 #include "backend/cuda/matmul.cuh"
 
+#include <cstdlib>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/gemm_tiles.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/ops.cuh"
 
@@ -94,8 +97,17 @@ bool cuda_weight_type_supported(DType type) {
     }
 }
 
+int64_t gemm_tiles_max_tokens() {
+    static const int64_t v = [] {
+        const char* e = std::getenv("MVLLM_GEMM_TILES_MAX_ROWS");
+        return e ? std::max<int64_t>(0, std::atoll(e)) : kGemmTilesMaxTokens;
+    }();
+    return v;
+}
+
 MatmulPath choose_matmul_path(DType weight_type, int64_t n_tokens, bool batch_invariant) {
     if (batch_invariant || n_tokens <= kGemvMaxTokens) return MatmulPath::Gemv;
+    if (gemm_tiles_supported(weight_type) && n_tokens <= gemm_tiles_max_tokens()) return MatmulPath::GemmTiles;
     if (weight_type == DType::F32 || weight_type == DType::BF16) return MatmulPath::GemmF32;
     return MatmulPath::GemmF16;
 }
@@ -103,6 +115,7 @@ MatmulPath choose_matmul_path(DType weight_type, int64_t n_tokens, bool batch_in
 const char* matmul_path_name(MatmulPath path) {
     switch (path) {
         case MatmulPath::Gemv: return "gemv";
+        case MatmulPath::GemmTiles: return "gemm-tiles";
         case MatmulPath::GemmF16: return "gemm-f16";
         case MatmulPath::GemmF32: return "gemm-f32";
     }
@@ -113,6 +126,7 @@ MatmulScratch::~MatmulScratch() {
     if (weight) cudaFree(weight);
     if (input) cudaFree(input);
     if (qx) cudaFree(qx);
+    if (partial) cudaFree(partial);
 }
 
 void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t stream) {
@@ -150,7 +164,7 @@ QxView ensure_qx(MatmulScratch& scratch, int64_t n_in, int64_t n_rows) {
 
 void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, const TensorView& bias, const TensorView& out,
                    GemvEpilogue epilogue, const QxView* qx, MatmulScratch& scratch, cublasHandle_t cublas,
-                   cudaStream_t stream, bool batch_invariant) {
+                   cudaStream_t stream, int32_t n_sms, bool batch_invariant) {
     const int64_t n_in = w.ne[0], n_out = w.ne[1], n_tokens = x.ne[1];
     MVLLM_CHECK(x.ne[0] == n_in && out.ne[0] == n_out && out.ne[1] == n_tokens && out.type == DType::F32)
         << "matmul shapes: w " << shape_string(w.ne) << " x " << shape_string(x.ne) << " out " << shape_string(out.ne);
@@ -188,6 +202,19 @@ void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, 
             }
         }
         MVLLM_CUDA_LAUNCH_CHECK();
+        return;
+    }
+    if (path == MatmulPath::GemmTiles) {
+        TensorView xh = x;
+        if (x.type != DType::F16) {
+            ensure(&scratch.input, &scratch.input_bytes, static_cast<size_t>(n_in * n_tokens) * 2);
+            xh.type = DType::F16;
+            xh.data = scratch.input;
+            launch_convert(x, xh, stream);
+        }
+        const size_t partial_bytes = gemm_tiles_scratch_bytes(n_in, n_out, n_tokens, n_sms);
+        if (partial_bytes) ensure(&scratch.partial, &scratch.partial_bytes, partial_bytes);
+        launch_gemm_tiles(w, xh, bias_p, o, accumulate, scratch.partial, n_sms, stream);
         return;
     }
     // GEMM: column-major view, C[n_out x n_tokens] = W^T(op) [n_out x n_in] * X [n_in x n_tokens].

@@ -5,7 +5,9 @@
 // W: F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K (device layout: weight_layout.h). The path is a
 // short predicate chain (choose_matmul_path): up to kGemvMaxTokens rows the GEMV of gemv.cuh
 // (each weight read once, 16-byte loads, dp4a on the QX activation for quantised weights); beyond
-// that the weight's F16 copy (or, without one, the weight dequantised into scratch) and cuBLAS run the GEMM (F16 operands with
+// that, up to kGemmTilesMaxTokens rows, Q4_0 / Q8_0 weights take the tensor-core GEMM of
+// gemm_tiles.cuh (the weights read as stored); otherwise the weight's F16 copy (or, without one,
+// the weight dequantised into scratch) and cuBLAS run the GEMM (F16 operands with
 // F32 accumulation for F16 and quantised weights; F32 throughout for F32 and BF16 weights, so F32
 // models stay exact). The epilogue may add the product to out (the residual add).
 #pragma once
@@ -20,7 +22,11 @@ namespace mvllm::cuda {
 
 constexpr int64_t kGemvMaxTokens = kGemvMaxColumns;
 
-enum class MatmulPath { Gemv, GemmF16, GemmF32 };
+enum class MatmulPath { Gemv, GemmTiles, GemmF16, GemmF32 };
+// Beyond this many rows the quantised GEMM gives way to cuBLAS on the F16 copies (prefill:
+// compute-bound, where cuBLAS's Hopper kernels are faster). MVLLM_GEMM_TILES_MAX_ROWS overrides it
+// (0: never).
+constexpr int64_t kGemmTilesMaxTokens = 256;
 // batch_invariant: the GEMV for every n_tokens (in slices of kGemvMaxTokens columns), whose
 // per-column reduction order does not depend on the column count; cuBLAS picks its algorithm
 // (and split-K) by shape, so a row's rounding would depend on the batch.
@@ -35,6 +41,8 @@ struct MatmulScratch {
     size_t input_bytes = 0;
     void* qx = nullptr;      // QX of the GEMV input (gemv.cuh)
     size_t qx_bytes = 0;
+    void* partial = nullptr;  // split-K partial tiles of the quantised GEMM (gemm_tiles.cuh)
+    size_t partial_bytes = 0;
     ~MatmulScratch();
 };
 
@@ -43,9 +51,10 @@ bool cuda_weight_type_supported(DType type);
 
 // qx: x already quantised (e.g. by launch_rms_norm_qx), or nullptr (quantised here if needed).
 // w_f16: W dequantised to F16 once (same ne), used by the F16 GEMM path, or nullptr.
+// n_sms: the device's SM count (sizes the quantised GEMM's K split).
 void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, const TensorView& bias, const TensorView& out,
                    GemvEpilogue epilogue, const QxView* qx, MatmulScratch& scratch, cublasHandle_t cublas,
-                   cudaStream_t stream, bool batch_invariant = false);
+                   cudaStream_t stream, int32_t n_sms, bool batch_invariant = false);
 
 // The scratch QX buffer for n_rows x n_in (grown on demand; growth synchronises the device).
 QxView ensure_qx(MatmulScratch& scratch, int64_t n_in, int64_t n_rows);

@@ -1,0 +1,32 @@
+// Tensor-core GEMM on quantised weights, for prefill chunks and decode batches beyond the GEMV
+// (host launchers only):
+//
+//   out[t][o] (= or +=) sum_i x[t][i] * W[o][i] (+ bias[o]),   x F16 [n_tokens][n_in], W Q4_0 / Q8_0
+//
+// A CTA of 8 warps takes 128 rows of W and 64 token columns; every warp dequantises its 16 rows
+// block by block straight into mma.sync A fragments (F16: d * q rounded once, the values of the
+// F16 weight copy) and multiplies them with the token tile, which cp.async stages in shared
+// memory (double-buffered, 128 values of K at a time). F32 accumulation. When the tiles alone
+// would leave SMs idle, K is split into slices whose partial tiles a second kernel sums in a fixed
+// order, so results do not depend on timing. The weights are read once per 64 token columns:
+// 0.56 bytes per weight for Q4_0 instead of the 2 of the F16 copy.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/tensor.h"
+
+namespace mvllm::cuda {
+
+// True for the weight types this GEMM reads (Q4_0, Q8_0).
+bool gemm_tiles_supported(DType weight_type);
+
+// Bytes of split-K partials launch_gemm_tiles needs for this shape (0: no split).
+size_t gemm_tiles_scratch_bytes(int64_t n_in, int64_t n_out, int64_t n_tokens, int32_t n_sms);
+
+// w: [n_out][n_in] Q4_0 / Q8_0 (device layout of weight_layout.h); x: [n_tokens][n_in] F16;
+// out: [n_tokens][n_out] F32; bias: [n_out] F32 or nullptr; scratch: gemm_tiles_scratch_bytes.
+void launch_gemm_tiles(const TensorView& w, const TensorView& x, const float* bias, float* out, bool accumulate,
+                       void* scratch, int32_t n_sms, cudaStream_t stream);
+
+}  // namespace mvllm::cuda
