@@ -28,7 +28,7 @@ if has build; then
   echo "build done in $(( $(date +%s) - t0 )) s"
 fi
 if has test; then
-  timeout 240 build-gpu/bin/test_cuda > "$LOG/test_cuda.log" 2>&1
+  timeout 240 build-gpu/bin/test_cuda ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} > "$LOG/test_cuda.log" 2>&1
   echo "test_cuda rc=$?"
   grep -E "^\[  (FAILED|PASSED|SKIPPED)|rel err|Failure|Expected|Which is|which is|error|CHECK" "$LOG/test_cuda.log" | head -80
 fi
@@ -55,7 +55,7 @@ if has throughput; then  # B4(a) with F16 KV and activations (llama.cpp's defaul
     for n in ${B4_SIZES:-1 16 64 256}; do
       [ $p = qwen2.5-7b ] && [ $n = 256 ] && continue
       # B4_AB=1: also with cuBLAS on the F16 copies instead of the quantised tile GEMM.
-      for tiles in 256 ${B4_AB:+0}; do
+      for tiles in ${B4_TILES:-256} ${B4_AB:+0}; do
         MVLLM_GEMM_TILES_MAX_ROWS=$tiles timeout 150 $B bench throughput -m "$f" --device cuda --num-requests $n \
           --max-seqs $n --input-len 512 --output-len 256 --max-batched-tokens 8192 --kv-cache-memory 90% \
           --kv-dtype f16 --activation-dtype f16 --json-out "$LOG/b4a_${p}_b${n}_tiles$tiles.json" \

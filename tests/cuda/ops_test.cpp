@@ -134,6 +134,8 @@ TEST(CudaOps, QuantisedTileGemmLargeShapes) {
     struct Shape {
         int64_t n_in, n_out;
     };
+    const int64_t saved_max = cuda::gemm_tiles_max_tokens();
+    cuda::set_gemm_tiles_max_tokens(256);  // whatever the default
     uint64_t seed = 500;
     for (DType type : {DType::Q4_0, DType::Q8_0}) {
         for (const Shape& sh : {Shape{3584, 4608}, Shape{18944, 96}}) {
@@ -180,6 +182,7 @@ TEST(CudaOps, QuantisedTileGemmLargeShapes) {
             }
         }
     }
+    cuda::set_gemm_tiles_max_tokens(saved_max);
 }
 
 // The fused forms against their definitions on the CPU reference: acc += W x (the residual add

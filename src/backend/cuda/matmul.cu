@@ -1,5 +1,6 @@
 #include "backend/cuda/matmul.cuh"
 
+#include <atomic>
 #include <cstdlib>
 
 #include "backend/cuda/common.cuh"
@@ -97,13 +98,16 @@ bool cuda_weight_type_supported(DType type) {
     }
 }
 
-int64_t gemm_tiles_max_tokens() {
-    static const int64_t v = [] {
+std::atomic<int64_t>& tiles_max_tokens() {
+    static std::atomic<int64_t> v{[] {
         const char* e = std::getenv("MVLLM_GEMM_TILES_MAX_ROWS");
         return e ? std::max<int64_t>(0, std::atoll(e)) : kGemmTilesMaxTokens;
-    }();
+    }()};
     return v;
 }
+
+int64_t gemm_tiles_max_tokens() { return tiles_max_tokens().load(); }
+void set_gemm_tiles_max_tokens(int64_t n) { tiles_max_tokens().store(std::max<int64_t>(0, n)); }
 
 MatmulPath choose_matmul_path(DType weight_type, int64_t n_tokens, bool batch_invariant) {
     if (batch_invariant || n_tokens <= kGemvMaxTokens) return MatmulPath::Gemv;

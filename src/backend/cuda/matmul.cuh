@@ -27,6 +27,8 @@ enum class MatmulPath { Gemv, GemmTiles, GemmF16, GemmF32 };
 // compute-bound, where cuBLAS's Hopper kernels are faster). MVLLM_GEMM_TILES_MAX_ROWS overrides it
 // (0: never).
 constexpr int64_t kGemmTilesMaxTokens = 256;
+int64_t gemm_tiles_max_tokens();
+void set_gemm_tiles_max_tokens(int64_t n);  // tests and benchmarks
 // batch_invariant: the GEMV for every n_tokens (in slices of kGemvMaxTokens columns), whose
 // per-column reduction order does not depend on the column count; cuBLAS picks its algorithm
 // (and split-K) by shape, so a row's rounding would depend on the batch.
