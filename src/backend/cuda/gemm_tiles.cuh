@@ -9,7 +9,8 @@
 // memory (double-buffered, 128 values of K at a time). F32 accumulation. When the tiles alone
 // would leave SMs idle, K is split into slices whose partial tiles a second kernel sums in a fixed
 // order, so results do not depend on timing. The weights are read once per 64 token columns:
-// 0.56 bytes per weight for Q4_0 instead of the 2 of the F16 copy.
+// 0.56 bytes per weight for Q4_0 instead of the 2 of the F16 copy. Not yet faster than cuBLAS on
+// the F16 copies, so off by default (matmul.cuh: gemm_tiles_max_tokens; bench/NOTES.md).
 #pragma once
 
 #include <cuda_runtime.h>
