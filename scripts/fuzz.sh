@@ -54,9 +54,9 @@ for t in "${targets[@]}"; do
         rc=$?
     fi
     set -e
-    # A timeout on this shared machine may be load, not the input: run it again alone, and keep it
-    # as a finding only when it is slow again (otherwise it is set aside in fuzz-unconfirmed/).
-    for f in "$artifacts"/timeout-*; do
+    # A timeout or slow unit here may be machine load, not the input: rerun it alone; a finding
+    # only if it is slow again (else it is set aside: fuzz-unconfirmed/).
+    for f in "$artifacts"/timeout-* "$artifacts"/slow-unit-*; do
         [ -f "$f" ] || continue
         if "$bin" -timeout=10 "$f" >>"$log" 2>&1; then
             mkdir -p "$BUILD_DIR/fuzz-unconfirmed/$t"

@@ -409,7 +409,8 @@ Value Evaluator::eval_binary(const Expr& e, const std::shared_ptr<Scope>& scope)
     if (lhs.is_number() && rhs.is_number()) {
         bool floats = lhs.is_float() || rhs.is_float();
         double x = lhs.as_float(), y = rhs.as_float();
-        int64_t a = lhs.as_int(), b = rhs.as_int(), r = 0;
+        const int64_t a = floats ? 0 : lhs.as_int(), b = floats ? 0 : rhs.as_int();  // only read when !floats
+        int64_t r = 0;
         if (op == "+" || op == "-" || op == "*") {
             if (floats) return Value(op == "+" ? x + y : op == "-" ? x - y : x * y);
             check_overflow(op == "+"   ? __builtin_add_overflow(a, b, &r)

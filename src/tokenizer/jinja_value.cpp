@@ -62,6 +62,13 @@ namespace {
 constexpr int kMaxJsonDepth = 512;
 }  // namespace
 
+int64_t Value::float_to_int(double f) {
+    // [-2^63, 2^63): the doubles a static_cast to int64_t is defined for.
+    if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0))
+        throw JinjaError("cannot convert float " + Value(f).repr() + " to an integer");
+    return static_cast<int64_t>(f);
+}
+
 Value Value::from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0); }
 
 Value Value::from_json_at(const nlohmann::ordered_json& j, int depth) {

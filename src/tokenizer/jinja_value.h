@@ -74,7 +74,10 @@ public:
     bool is_callable() const { return kind_ == ValueKind::Callable; }
 
     bool as_bool() const { return b_; }
-    int64_t as_int() const { return kind_ == ValueKind::Float ? int64_t(f_) : i_; }  // bool -> 0/1
+    // bool -> 0/1; a float is truncated as Python's int(), and a JinjaError when it is NaN or
+    // beyond the int64 range (Python would make a big integer).
+    int64_t as_int() const { return kind_ == ValueKind::Float ? float_to_int(f_) : i_; }
+    static int64_t float_to_int(double f);
     double as_float() const { return kind_ == ValueKind::Float ? f_ : double(i_); }
     const std::string& str() const { return s_; }      // String only
     const std::string& undefined_name() const { return s_; }

@@ -133,6 +133,25 @@ TEST(JinjaRender, RuntimeErrorsAreStatuses) {
     EXPECT_NE(out.status().message().find("line 3"), std::string::npos) << out.status().message();
 }
 
+// Found by fuzzing: a float beyond the int64 range converted to an integer (undefined behaviour,
+// UBSan float-cast-overflow). Float arithmetic stays float; conversions are clean errors.
+TEST(JinjaRender, FloatsBeyondTheIntegerRangeAreErrorsNotUndefinedBehaviour) {
+    const auto ctx = nlohmann::ordered_json::object();
+    auto out = render("{{ 999330 - 9.9933e29 }}|{{ 2.5 * 4 }}|{{ 7 // 2.0 }}", ctx);
+    ASSERT_TRUE(out.is_ok()) << out.status().message();
+    EXPECT_EQ(out.value(), "-9.9933e+29|10.0|3.0");
+    for (const char* source : {"{{ range(1e30) | list }}", "{{ 'ab' * 1e300 }}", "{{ 'abc'[0:1e30] }}",
+                               "{{ range(0, 5, 1e40) | list }}"}) {
+        auto r = render(source, ctx);
+        EXPECT_FALSE(r.is_ok()) << source << " rendered " << (r.is_ok() ? r.value() : "");
+    }
+    for (const char* source : {"{{ 'a\nb' | indent(1e30) }}", "{{ 'a\nb' | indent((1e308 * 10) - (1e308 * 10)) }}"}) {
+        auto r = render(source, ctx);
+        ASSERT_FALSE(r.is_ok()) << source;
+        EXPECT_NE(r.status().message().find("to an integer"), std::string::npos) << r.status().message();
+    }
+}
+
 TEST(JinjaRender, GenerationBlockRendersItsBody) {
     auto out = render("a{% generation %}b{{ 1 }}{% endgeneration %}c", nlohmann::ordered_json::object());
     ASSERT_TRUE(out.is_ok()) << out.status().message();
