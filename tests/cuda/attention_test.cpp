@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "backend/cpu/attention.h"
+#include "backend/cuda/attention.cuh"
 #include "cuda_test_util.h"
 
 namespace mvllm::test {
@@ -143,6 +144,21 @@ TEST(CudaAttention, OddBlockSizesLongContextsAndF16Output) {
         run_case(variant, DType::F32, DType::F32, kGeometries[1], {{1500, 1}, {33, 1}}, 7, seed++);
         run_case(variant, DType::BF16, DType::F32, kGeometries[2], {{130, 40}, {5, 1}}, 32, seed++);
     }
+}
+
+// The split planner of the tensor-core kernel (host code, no GPU needed): decode rows that leave
+// SMs idle get splits; a batch that fills every slot gets one, so a long prefill chunk does not ask
+// for rows x splits partials (a 32K-token 7B prefill once asked for 116 GiB of them).
+TEST(CudaAttention, SplitPlanKeepsOneSplitWhenTheRowsFillTheSlots) {
+    const int32_t slots = 132 * 2;
+    const cuda::FusedSplit decode = cuda::mma_split(1, 4, 32768, slots, 128);
+    EXPECT_GT(decode.n_splits, 1);
+    EXPECT_GE(static_cast<int64_t>(decode.n_splits) * decode.split_tokens, 32768);
+    const cuda::FusedSplit prefill = cuda::mma_split(32768, 4, 32768, slots, 128);
+    EXPECT_EQ(prefill.n_splits, 1);
+    EXPECT_GE(prefill.split_tokens, 32768);
+    const cuda::FusedSplit full = cuda::mma_split(66, 4, 4096, slots, 128);  // 264 CTAs: one wave
+    EXPECT_EQ(full.n_splits, 1);
 }
 
 }  // namespace
