@@ -33,6 +33,14 @@ Batch simple_batch(const std::vector<int32_t>& tokens, int32_t start_pos) {
     return b;
 }
 
+// Starts a forward pass of n_tokens rows and uploads x ([n_tokens][width] f32) as its input.
+TensorView begin_with_input(CudaBackend& be, const std::vector<float>& x, int64_t width, int64_t n_tokens) {
+    be.begin(simple_batch(std::vector<int32_t>(n_tokens, 0), 0));
+    TensorView t = be.alloc(DType::F32, width, n_tokens);
+    be.upload(x.data(), t);
+    return t;
+}
+
 TEST(CudaOps, MatmulMatchesReference) {
     MVLLM_REQUIRE_GPU();
     auto be = make_cuda();
@@ -105,10 +113,7 @@ TEST(CudaOps, DecodeGemvLargeShapes) {
             for (int64_t n_tokens : {1, 2, 5, 8}) {
                 const std::vector<float> xv = random_floats(static_cast<size_t>(sh.n_in * n_tokens), seed++);
                 std::vector<float> xh = xv;
-                Batch batch = simple_batch(std::vector<int32_t>(n_tokens, 0), 0);
-                be->begin(batch);
-                TensorView x = be->alloc(DType::F32, sh.n_in, n_tokens);
-                be->upload(xv.data(), x);
+                TensorView x = begin_with_input(*be, xv, sh.n_in, n_tokens);
                 TensorView out = be->alloc(DType::F32, sh.n_out, n_tokens);
                 be->matmul(*w_dev, x, TensorView{}, out);
                 std::vector<float> got(static_cast<size_t>(sh.n_out * n_tokens)), ref(got.size());
@@ -152,10 +157,7 @@ TEST(CudaOps, QuantisedTileGemmLargeShapes) {
                 const std::vector<float> xv = random_floats(static_cast<size_t>(sh.n_in * n_tokens), seed++);
                 const std::vector<float> acc0 = random_floats(static_cast<size_t>(sh.n_out * n_tokens), seed++);
                 std::vector<float> xh = xv;
-                Batch batch = simple_batch(std::vector<int32_t>(n_tokens, 0), 0);
-                be->begin(batch);
-                TensorView x = be->alloc(DType::F32, sh.n_in, n_tokens);
-                be->upload(xv.data(), x);
+                TensorView x = begin_with_input(*be, xv, sh.n_in, n_tokens);
                 TensorView out = be->alloc(DType::F32, sh.n_out, n_tokens);
                 TensorView acc = be->alloc(DType::F32, sh.n_out, n_tokens);
                 TensorView scratch = be->alloc(DType::F32, sh.n_out, n_tokens);
@@ -205,13 +207,10 @@ TEST(CudaOps, FusedMatmulsMatchReference) {
             const std::vector<float> xv = random_floats(static_cast<size_t>(n_in * n_tokens), seed++);
             const std::vector<float> acc0 = random_floats(static_cast<size_t>(n_out * n_tokens), seed++);
             std::vector<float> xh = xv;
-            Batch batch = simple_batch(std::vector<int32_t>(n_tokens, 0), 0);
-            be->begin(batch);
-            TensorView x = be->alloc(DType::F32, n_in, n_tokens);
+            TensorView x = begin_with_input(*be, xv, n_in, n_tokens);
             TensorView acc = be->alloc(DType::F32, n_out, n_tokens);
             TensorView s1 = be->alloc(DType::F32, n_out, n_tokens), s2 = be->alloc(DType::F32, n_out, n_tokens);
             TensorView hidden = be->alloc(DType::F32, n_out, n_tokens);
-            be->upload(xv.data(), x);
             be->upload(acc0.data(), acc);
             be->matmul_add(*g_dev, x, acc, s1);
             be->matmul_swiglu(*g_dev, *u_dev, x, hidden, s1, s2);
