@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One call on the GPU machine, in stages (STAGES="build test kernels decode throughput profile"
+# One call on the GPU machine, in stages (STAGES="build test kernels gemm gemmncu serve decode throughput profile"
 # by default; any subset, in this order). Builds in build-gpu/ (kept between calls on a warm
 # machine), prints the lines that matter, and packs logs and JSON results into $OUT/run.tgz.
 # Dependencies: scripts/device_deps.sh (carry .devdeps). Usage (repo root):
@@ -39,6 +39,34 @@ if has kernels; then
       --shapes 4864:896,3584:4608,3584:18944,18944:3584,3584:152064 --replays 10 \
       --json-out "$LOG/kernels_ks$ks.json" > "$LOG/kernels_ks$ks.log" 2>&1
     echo "== bench kernels ks=$ks rc=$?"; cat "$LOG/kernels_ks$ks.log"
+  done
+fi
+if has gemm; then  # the quantised tile GEMM, every variant, against cuBLAS on the F16 copies (issue 6)
+  timeout 300 $B bench kernels --device cuda --types "" --gemm-tokens ${GEMM_TOKENS:-16,64,256} \
+    --shapes ${GEMM_SHAPES:-3584:4608,3584:3584,3584:18944,18944:3584} --replays 10 \
+    --json-out "$LOG/gemm.json" > "$LOG/gemm.log" 2>&1
+  echo "== bench kernels (GEMM) rc=$?"; cat "$LOG/gemm.log"
+fi
+if has gemmncu; then  # ncu sections of each tile-GEMM variant: q4_0 3584 -> 18944, 64 tokens
+  for v in ${GEMM_NCU_VARIANTS:-"1, 8, 8" "2, 8, 8" "4, 4, 8"}; do
+    n=$(echo "$v" | tr -d ' ,')
+    timeout 120 ncu --kernel-name-base demangled -k "regex:Tile<$v>" --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis \
+      --section ComputeWorkloadAnalysis --section LaunchStats \
+      $B bench kernels --device cuda --types "" --gemm-tokens 64 --gemm-types q4_0 --shapes 3584:18944 --replays 1 \
+      > "$LOG/ncu_gemm_$n.txt" 2>&1
+    echo "== ncu tile variant $v rc=$?"
+    grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|Issue Slot|Executed Ipc A|Bank|Shared Memory|L2 Hit|Block Limit|Waves Per SM|Grid Size" \
+      "$LOG/ncu_gemm_$n.txt" | head -40
+  done
+fi
+if has serve; then  # issue 7: mvllm bench serve at 1, 16 and 64 streaming clients against mvllm serve
+  mkdir -p "$LOG/serve"
+  for p in qwen2.5-0.5b qwen2.5-7b; do
+    f=$(model $p q4_0)
+    timeout 240 bash scripts/bench_serve.sh --mvllm $B -m "$f" --device cuda --name "h200_$p" --input-len 512 \
+      --output-len 256 --out "$LOG/serve" -- --kv-cache-memory 80% > "$LOG/serve_$p.log" 2>&1
+    echo "bench serve $p rc=$?"; grep -E "^\|" "$LOG/serve_$p.log" | head -8
   done
 fi
 if has decode; then

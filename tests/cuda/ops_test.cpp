@@ -6,6 +6,7 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
+#include "backend/cuda/gemm_tiles.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "model/generate.h"
 #include "cuda_test_util.h"
@@ -128,9 +129,10 @@ TEST(CudaOps, DecodeGemvLargeShapes) {
     }
 }
 
-// The quantised tile GEMM (gemm_tiles.cuh) on 7B-sized matrices: Q4_0 / Q8_0, 9..256 token
-// columns (partial 64-token tiles), an 18944-long row (split into K slices summed by a second
-// kernel) with only 96 rows (a partial 128-row tile), with bias and as a residual add. F16
+// The quantised tile GEMM (gemm_tiles.cuh) on 7B-sized matrices, every tile variant: Q4_0 /
+// Q8_0, 9..256 token columns (partial token tiles), an 18944-long row (split into K slices summed
+// by a second kernel) with only 96 rows (a partial row tile), a 1056-long row (33 blocks: a
+// partial last stage and scales not 8-byte aligned), with bias and as a residual add. F16
 // operands as cuBLAS's: bound 2e-3 of the largest output.
 TEST(CudaOps, QuantisedTileGemmLargeShapes) {
     MVLLM_REQUIRE_GPU();
@@ -143,7 +145,7 @@ TEST(CudaOps, QuantisedTileGemmLargeShapes) {
     cuda::set_gemm_tiles_max_tokens(256);  // whatever the default
     uint64_t seed = 500;
     for (DType type : {DType::Q4_0, DType::Q8_0}) {
-        for (const Shape& sh : {Shape{3584, 4608}, Shape{18944, 96}}) {
+        for (const Shape& sh : {Shape{3584, 4608}, Shape{18944, 96}, Shape{1056, 300}}) {
             const std::vector<float> w_values = random_floats(static_cast<size_t>(sh.n_in * sh.n_out), seed++, 0.5f);
             std::vector<uint8_t> w_bytes = encode_rows(type, w_values, sh.n_in);
             const TensorView w_host = host_view(type, sh.n_in, sh.n_out, w_bytes.data());
@@ -157,16 +159,7 @@ TEST(CudaOps, QuantisedTileGemmLargeShapes) {
                 const std::vector<float> xv = random_floats(static_cast<size_t>(sh.n_in * n_tokens), seed++);
                 const std::vector<float> acc0 = random_floats(static_cast<size_t>(sh.n_out * n_tokens), seed++);
                 std::vector<float> xh = xv;
-                TensorView x = begin_with_input(*be, xv, sh.n_in, n_tokens);
-                TensorView out = be->alloc(DType::F32, sh.n_out, n_tokens);
-                TensorView acc = be->alloc(DType::F32, sh.n_out, n_tokens);
-                TensorView scratch = be->alloc(DType::F32, sh.n_out, n_tokens);
-                be->upload(acc0.data(), acc);
-                be->matmul(*w_dev, x, *bias_dev, out);
-                be->matmul_add(*w_dev, x, acc, scratch);
-                std::vector<float> got(static_cast<size_t>(sh.n_out * n_tokens)), got_acc(got.size()), ref(got.size());
-                be->to_host(out, got.data());
-                be->to_host(acc, got_acc.data());
+                std::vector<float> ref(static_cast<size_t>(sh.n_out * n_tokens));
                 matmul_reference(w_host, host_view(DType::F32, sh.n_in, n_tokens, xh.data()),
                                  host_view(DType::F32, sh.n_out, n_tokens, ref.data()));
                 std::vector<float> ref_bias = ref, ref_acc = ref;
@@ -175,12 +168,27 @@ TEST(CudaOps, QuantisedTileGemmLargeShapes) {
                         ref_bias[t * sh.n_out + o] += bias[o];
                         ref_acc[t * sh.n_out + o] += acc0[t * sh.n_out + o];
                     }
-                const double err = rel_max_error(got, ref_bias), err_acc = rel_max_error(got_acc, ref_acc);
-                EXPECT_LE(err, 2e-3) << type_name(type) << " " << sh.n_in << "x" << sh.n_out << " tokens " << n_tokens;
-                EXPECT_LE(err_acc, 2e-3) << "accumulate " << type_name(type) << " " << sh.n_in << "x" << sh.n_out
-                                         << " tokens " << n_tokens;
-                std::printf("gemm tiles %s %ldx%ld tokens %ld: rel err %.3g (bias), %.3g (residual add)\n",
-                            type_name(type), long(sh.n_in), long(sh.n_out), long(n_tokens), err, err_acc);
+                for (const cuda::GemmTilesVariant& v : cuda::gemm_tiles_variants()) {
+                    cuda::force_gemm_tiles_variant(&v);
+                    TensorView x = begin_with_input(*be, xv, sh.n_in, n_tokens);
+                    TensorView out = be->alloc(DType::F32, sh.n_out, n_tokens);
+                    TensorView acc = be->alloc(DType::F32, sh.n_out, n_tokens);
+                    TensorView scratch = be->alloc(DType::F32, sh.n_out, n_tokens);
+                    be->upload(acc0.data(), acc);
+                    be->matmul(*w_dev, x, *bias_dev, out);
+                    be->matmul_add(*w_dev, x, acc, scratch);
+                    std::vector<float> got(ref.size()), got_acc(ref.size());
+                    be->to_host(out, got.data());
+                    be->to_host(acc, got_acc.data());
+                    const std::string what = std::string(type_name(type)) + " " + std::to_string(sh.n_in) + "x" +
+                                             std::to_string(sh.n_out) + " tokens " + std::to_string(n_tokens) +
+                                             " variant " + cuda::gemm_tiles_variant_name(v);
+                    const double err = rel_max_error(got, ref_bias), err_acc = rel_max_error(got_acc, ref_acc);
+                    EXPECT_LE(err, 2e-3) << what;
+                    EXPECT_LE(err_acc, 2e-3) << "accumulate " << what;
+                    std::printf("gemm tiles %s: rel err %.3g (bias), %.3g (residual add)\n", what.c_str(), err, err_acc);
+                }
+                cuda::force_gemm_tiles_variant(nullptr);
             }
         }
     }

@@ -1,10 +1,15 @@
 #include "backend/cuda/kernel_bench.h"
 
+#include <cublas_v2.h>
+
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gemm_tiles.cuh"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/matmul.cuh"
 #include "backend/cuda/weight_layout.h"
 
 namespace mvllm::cuda {
@@ -136,6 +141,138 @@ double time_ms(cudaStream_t s, int reps, Fn&& fn) {
     return median(t);
 }
 
+// Times fn once per copy inside one CUDA graph; returns the median time per call in µs.
+template <typename Fn>
+double graph_us(cudaStream_t s, int n_copies, int replays, Fn&& fn) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    MVLLM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int c = 0; c < n_copies; ++c) fn(c);
+    MVLLM_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    MVLLM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const double ms = time_ms(s, replays, [&] { MVLLM_CUDA_CHECK(cudaGraphLaunch(exec, s)); });
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    return ms * 1000.0 / n_copies;
+}
+
+std::vector<float> to_host(const float* d, size_t n, cudaStream_t s) {
+    std::vector<float> h(n);
+    MVLLM_CUDA_CHECK(cudaMemcpyAsync(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+    MVLLM_CUDA_CHECK(cudaStreamSynchronize(s));
+    return h;
+}
+
+// The GEMM comparison: per shape, type and token count, cuBLAS on F16 copies of the weights
+// (the matmul path's default beyond the GEMV) and every tile-GEMM variant on the quantised
+// weights, each over enough copies that the weights come from HBM; every variant's output is
+// compared with cuBLAS's on the same (dequantised) values.
+Status run_gemm_cases(const KernelBenchOptions& o, KernelBenchReport& report, cudaStream_t s, uint32_t& seed) {
+    cublasHandle_t cublas;
+    if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) return make_error("bench kernels: cublasCreate failed");
+    void* workspace = nullptr;
+    const size_t workspace_bytes = size_t{32} << 20;
+    MVLLM_CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
+    cublasSetStream(cublas, s);
+    cublasSetWorkspace(cublas, workspace, workspace_bytes);
+    const int max_tokens = *std::max_element(o.gemm_tokens.begin(), o.gemm_tokens.end());
+    Status status;
+    for (const auto& [n_in, n_out] : o.shapes) {
+        for (DType type : o.gemm_types) {
+            if (!gemm_tiles_supported(type)) continue;
+            const size_t q_bytes = row_size(type, n_in) * static_cast<size_t>(n_out);
+            const size_t h_bytes = size_t{2} * n_in * n_out;
+            const int n_q = static_cast<int>(std::clamp<size_t>((size_t{400} << 20) / q_bytes + 1, 2, 32));
+            const int n_h = static_cast<int>(std::clamp<size_t>((size_t{400} << 20) / h_bytes + 1, 2, 32));
+            size_t partial_bytes = 0;
+            for (const GemmTilesVariant& v : gemm_tiles_variants())
+                partial_bytes = std::max(partial_bytes,
+                                         gemm_tiles_scratch_bytes(type, n_in, n_out, max_tokens, report.n_sms, &v));
+            uint8_t *q = nullptr, *h = nullptr;
+            __half* x = nullptr;
+            float *out = nullptr, *partial = nullptr;
+            if (cudaMalloc(&q, q_bytes * n_q) != cudaSuccess || cudaMalloc(&h, h_bytes * n_h) != cudaSuccess ||
+                cudaMalloc(&x, size_t{2} * n_in * max_tokens) != cudaSuccess ||
+                cudaMalloc(&out, sizeof(float) * n_out * max_tokens) != cudaSuccess ||
+                (partial_bytes && cudaMalloc(&partial, std::max<size_t>(partial_bytes, 4)) != cudaSuccess)) {
+                cudaGetLastError();
+                status = make_error("bench kernels: the GEMM operands of ", n_in, "x", n_out, " did not fit");
+            }
+            auto weight = [&](int c, bool f16) {
+                TensorView w;
+                w.type = f16 ? DType::F16 : type;
+                w.ne = {n_in, n_out, 1, 1};
+                w.data = f16 ? h + c * h_bytes : q + c * q_bytes;
+                return w;
+            };
+            if (status.is_ok()) {
+                for (int c = 0; c < n_q; ++c) fill_weight(type, q + c * q_bytes, n_in, n_out, seed++, s);
+                for (int c = 0; c < n_h; ++c) launch_dequantize(weight(c % n_q, false), weight(c, true), s);
+                fill_halves_kernel<<<grid_for(n_in * max_tokens), 256, 0, s>>>(reinterpret_cast<uint8_t*>(x),
+                                                                               n_in * max_tokens, 2, 0.5f, seed++);
+                MVLLM_CUDA_LAUNCH_CHECK();
+            }
+            for (int nt : o.gemm_tokens) {
+                if (!status.is_ok()) break;
+                TensorView xv;
+                xv.type = DType::F16;
+                xv.ne = {n_in, nt, 1, 1};
+                xv.data = x;
+                const double flops = 2.0 * n_in * n_out * nt;
+                auto cublas_gemm = [&](int c) {
+                    const float alpha = 1.0f, beta = 0.0f;
+                    const cublasStatus_t st = cublasGemmEx(
+                        cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out), nt, static_cast<int>(n_in), &alpha,
+                        h + c * h_bytes, CUDA_R_16F, static_cast<int>(n_in), x, CUDA_R_16F, static_cast<int>(n_in),
+                        &beta, out, CUDA_R_32F, static_cast<int>(n_out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                    MVLLM_CHECK(st == CUBLAS_STATUS_SUCCESS) << "cublasGemmEx failed: " << static_cast<int>(st);
+                };
+                cublas_gemm(0);
+                const std::vector<float> ref = to_host(out, static_cast<size_t>(n_out) * nt, s);
+                float ref_max = 0;
+                for (float v : ref) ref_max = std::max(ref_max, std::fabs(v));
+                GemmBenchCase c;
+                c.type = type;
+                c.n_in = n_in;
+                c.n_out = n_out;
+                c.n_tokens = nt;
+                c.kernel = "cublas-f16";
+                c.us = graph_us(s, n_h, o.replays, cublas_gemm);
+                c.tflops = flops / (c.us * 1e6);
+                c.weight_gbps = h_bytes / (c.us * 1e3);
+                report.gemm_cases.push_back(c);
+                for (const GemmTilesVariant& v : gemm_tiles_variants()) {
+                    auto tiles = [&](int copy) {
+                        launch_gemm_tiles(weight(copy, false), xv, nullptr, out, false, partial, report.n_sms, s, &v);
+                    };
+                    MVLLM_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * n_out * nt, s));
+                    tiles(0);
+                    const std::vector<float> got = to_host(out, static_cast<size_t>(n_out) * nt, s);
+                    double err = 0;
+                    for (size_t i = 0; i < got.size(); ++i)
+                        err = std::max(err, static_cast<double>(std::fabs(got[i] - ref[i])));
+                    c.kernel = gemm_tiles_variant_name(v);
+                    c.us = graph_us(s, n_q, o.replays, tiles);
+                    c.tflops = flops / (c.us * 1e6);
+                    c.weight_gbps = q_bytes / (c.us * 1e3);
+                    c.rel_err = ref_max > 0 ? err / ref_max : err;
+                    report.gemm_cases.push_back(c);
+                }
+            }
+            cudaFree(q);
+            cudaFree(h);
+            cudaFree(x);
+            cudaFree(out);
+            cudaFree(partial);
+            if (!status.is_ok()) break;
+        }
+        if (!status.is_ok()) break;
+    }
+    cudaFree(workspace);
+    cublasDestroy(cublas);
+    return status;
+}
+
 }  // namespace
 
 Result<KernelBenchReport> run_kernel_bench(const KernelBenchOptions& o) {
@@ -238,6 +375,10 @@ Result<KernelBenchReport> run_kernel_bench(const KernelBenchOptions& o) {
             MVLLM_CUDA_CHECK(cudaFree(out));
             MVLLM_CUDA_CHECK(cudaFree(qx_buf));
         }
+    }
+    if (!o.gemm_tokens.empty()) {
+        const Status st = run_gemm_cases(o, report, s, seed);
+        if (!st.is_ok()) return st;
     }
     MVLLM_CUDA_CHECK(cudaStreamDestroy(s));
     return report;

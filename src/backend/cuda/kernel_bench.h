@@ -30,12 +30,26 @@ struct GemvBenchCase {
     double pct_of_copy = 0;   // gbps / the measured copy bandwidth
 };
 
+// One (weight type, shape, token count, kernel) of the GEMM comparison: the quantised tile GEMM
+// (gemm_tiles.cuh, each variant) against cuBLAS on the F16 copy of the same weights.
+struct GemmBenchCase {
+    DType type = DType::Q4_0;
+    int64_t n_in = 0, n_out = 0;
+    int n_tokens = 0;
+    std::string kernel;     // "cublas-f16" or the tile variant's name
+    double us = 0;          // median time per GEMM (split-K sum included)
+    double tflops = 0;      // 2 n_in n_out n_tokens / time
+    double weight_gbps = 0;  // bytes of the weights the kernel reads (F16 copy or quantised) / time
+    double rel_err = 0;     // max |out - cuBLAS out| / max |cuBLAS out| (0 for cuBLAS itself)
+};
+
 struct KernelBenchReport {
     std::string device;
     int32_t n_sms = 0;
     double copy_gbps = 0;  // device-to-device copy of 1 GiB, read + write bytes counted
     double read_gbps = 0;  // a read-only kernel over 1 GiB (16-byte loads)
     std::vector<GemvBenchCase> cases;
+    std::vector<GemmBenchCase> gemm_cases;
 };
 
 struct KernelBenchOptions {
@@ -43,6 +57,8 @@ struct KernelBenchOptions {
     std::vector<std::pair<int64_t, int64_t>> shapes;  // (n_in, n_out)
     std::vector<int> n_tokens = {1, 2, 4, 8};
     int replays = 20;
+    std::vector<int> gemm_tokens;  // token counts of the GEMM comparison (empty: none)
+    std::vector<DType> gemm_types = {DType::Q4_0, DType::Q8_0};
 };
 
 Result<KernelBenchReport> run_kernel_bench(const KernelBenchOptions& options);

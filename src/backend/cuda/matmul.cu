@@ -216,7 +216,7 @@ void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, 
             xh.data = scratch.input;
             launch_convert(x, xh, stream);
         }
-        const size_t partial_bytes = gemm_tiles_scratch_bytes(n_in, n_out, n_tokens, n_sms);
+        const size_t partial_bytes = gemm_tiles_scratch_bytes(w.type, n_in, n_out, n_tokens, n_sms);
         if (partial_bytes) ensure(&scratch.partial, &scratch.partial_bytes, partial_bytes);
         launch_gemm_tiles(w, xh, bias_p, o, accumulate, scratch.partial, n_sms, stream);
         return;
