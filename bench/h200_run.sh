@@ -48,16 +48,15 @@ if has gemm; then  # the quantised tile GEMM, every variant, against cuBLAS on t
   echo "== bench kernels (GEMM) rc=$?"; cat "$LOG/gemm.log"
 fi
 if has gemmncu; then  # ncu sections of each tile-GEMM variant: q4_0 3584 -> 18944, 64 tokens
-  for v in ${GEMM_NCU_VARIANTS:-"1, 8, 8" "2, 8, 8" "4, 4, 8"}; do
-    n=$(echo "$v" | tr -d ' ,')
-    timeout 120 ncu --kernel-name-base demangled -k "regex:Tile<$v>" --launch-count 1 \
+  for v in ${GEMM_NCU_VARIANTS:-188 288 448}; do  # m tiles, warps, n tiles
+    timeout 120 ncu --kernel-name-base demangled -k "regex:Tile<.int.${v:0:1}, .int.${v:1:1}, .int.${v:2:1}>" --launch-count 1 \
       --section SpeedOfLight --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis \
       --section ComputeWorkloadAnalysis --section LaunchStats \
       $B bench kernels --device cuda --types "" --gemm-tokens 64 --gemm-types q4_0 --shapes 3584:18944 --replays 1 \
-      > "$LOG/ncu_gemm_$n.txt" 2>&1
-    echo "== ncu tile variant $v rc=$?"
+      > "$LOG/ncu_gemm_$v.txt" 2>&1
+    echo "== ncu tile variant $v (m tiles, warps, n tiles) rc=$?"
     grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|Issue Slot|Executed Ipc A|Bank|Shared Memory|L2 Hit|Block Limit|Waves Per SM|Grid Size" \
-      "$LOG/ncu_gemm_$n.txt" | head -40
+      "$LOG/ncu_gemm_$v.txt" | head -40
   done
 fi
 if has serve; then  # issue 7: mvllm bench serve at 1, 16 and 64 streaming clients against mvllm serve

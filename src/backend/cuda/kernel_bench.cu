@@ -186,8 +186,9 @@ Status run_gemm_cases(const KernelBenchOptions& o, KernelBenchReport& report, cu
             const int n_h = static_cast<int>(std::clamp<size_t>((size_t{400} << 20) / h_bytes + 1, 2, 32));
             size_t partial_bytes = 0;
             for (const GemmTilesVariant& v : gemm_tiles_variants())
-                partial_bytes = std::max(partial_bytes,
-                                         gemm_tiles_scratch_bytes(type, n_in, n_out, max_tokens, report.n_sms, &v));
+                for (int nt : o.gemm_tokens)
+                    partial_bytes =
+                        std::max(partial_bytes, gemm_tiles_scratch_bytes(type, n_in, n_out, nt, report.n_sms, &v));
             uint8_t *q = nullptr, *h = nullptr;
             __half* x = nullptr;
             float *out = nullptr, *partial = nullptr;
