@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <memory>
 #include <stdexcept>
@@ -121,14 +122,21 @@ public:
     // Ends the pass begun by begin_step (a recording backend runs it here).
     virtual void end_step() {}
 
-    // Greedy sampling: dst[r] = the first index of the maximum of row r of an F32 tensor.
-    virtual void argmax_rows(const TensorView& x, int32_t* dst) {
+    // Greedy sampling: dst[r] = the first index of the maximum of row r of an F32 tensor and,
+    // when logprob is not null, logprob[r] = that token's log-softmax, x[r][dst[r]] - log sum_i
+    // exp x[r][i] (here in double, as the engine's sampler computes it for other requests).
+    virtual void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr) {
         std::vector<float> host(static_cast<size_t>(x.n_elements()));
         to_host(x, host.data());
         const int64_t width = x.ne[0];
         for (int64_t r = 0; r < x.n_rows(); ++r) {
             const float* row = host.data() + r * width;
             dst[r] = static_cast<int32_t>(std::max_element(row, row + width) - row);
+            if (logprob == nullptr) continue;
+            const float max = row[dst[r]];
+            double sum = 0;
+            for (int64_t i = 0; i < width; ++i) sum += std::exp(double(row[i]) - max);
+            logprob[r] = static_cast<float>(max - (max + std::log(sum)));
         }
     }
 };

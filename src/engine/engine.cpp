@@ -65,6 +65,7 @@ struct Engine::Impl {
     std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs;  // engine thread only
     std::vector<float> logits;                                       // [n_sampled][n_vocab] f32
     std::vector<int32_t> argmax;  // [n_sampled]: the step's tokens when it took the greedy path
+    std::vector<float> argmax_logprob;  // [n_sampled]: their log-softmax, when a request asked for it
     bool greedy_step = false;     // the backend picked the tokens (argmax on the device)
 
     // Intake, shared with submitting threads.
@@ -134,23 +135,32 @@ bool Engine::Impl::step(Status* status) {
     return true;
 }
 
-// A step whose sampled rows all take the plain argmax (greedy, no penalties, no logprobs, no
-// drafts) lets the backend pick the tokens: only the ids leave the device, not the logits.
+// A step whose sampled rows all take the plain argmax (greedy, no penalties, no drafts, at most
+// the chosen token's logprob: logprobs 0) lets the backend pick the tokens: only the ids (and
+// their log-softmax) leave the device, not the logits.
 static bool takes_plain_argmax(const SchedulerOutput& plan) {
     for (const ScheduledSequence& s : plan.scheduled) {
         if (!s.sample) continue;
         const SamplingParams& p = s.seq->params;
         if (!is_greedy(p) || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
-            p.frequency_penalty != 0.0f || p.logprobs >= 0 || !s.seq->draft.tokens.empty())
+            p.frequency_penalty != 0.0f || p.logprobs > 0 || !s.seq->draft.tokens.empty())
             return false;
     }
     return true;
 }
 
+static bool wants_logprobs(const SchedulerOutput& plan) {
+    for (const ScheduledSequence& s : plan.scheduled)
+        if (s.sample && s.seq->params.logprobs >= 0) return true;
+    return false;
+}
+
 Status Engine::Impl::run_models(const SchedulerOutput& plan) {
     if (speculator) MVLLM_TRY(speculator->propose(plan));
     greedy_step = takes_plain_argmax(plan);
-    if (greedy_step) return decoder.forward_greedy(build_batch(plan), *cache, &argmax);
+    if (greedy_step)
+        return decoder.forward_greedy(build_batch(plan), *cache, &argmax,
+                                      wants_logprobs(plan) ? &argmax_logprob : nullptr);
     return decoder.forward(build_batch(plan), *cache, &logits);
 }
 
@@ -177,7 +187,9 @@ void Engine::Impl::sample(SchedulerOutput* plan) {
         Sequence* seq = s.seq;
         if (!s.sample) continue;  // a prefill chunk short of the prompt's end
         if (greedy_step) {
-            seq->verified = Verification{{argmax[row++]}, {}, 0};
+            seq->verified = Verification{{argmax[row]}, {}, 0};
+            if (seq->params.logprobs >= 0) seq->verified.logprobs.push_back(TokenLogprob{argmax[row], argmax_logprob[row], {}});
+            ++row;
         } else {
             seq->verified = verify_draft(logits.data() + row * n_vocab, n_vocab, seq->params, seq->tokens, seq->n_prompt,
                                          seq->draft, seq->rng);

@@ -138,12 +138,14 @@ Status Decoder::forward(const Batch& batch, KvCache& cache, std::vector<float>* 
     return Status::ok();
 }
 
-Status Decoder::forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens) {
+Status Decoder::forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens,
+                               std::vector<float>* logprobs) {
     MVLLM_TRY(validate(batch, cache));
     try {
         const TensorView out = run(batch, cache);
         tokens->resize(static_cast<size_t>(out.ne[1]));
-        if (out.ne[1] > 0) backend_.argmax_rows(out, tokens->data());
+        if (logprobs) logprobs->resize(tokens->size());
+        if (out.ne[1] > 0) backend_.argmax_rows(out, tokens->data(), logprobs ? logprobs->data() : nullptr);
     } catch (const DeviceOutOfMemory& e) {
         return make_error(e.what());
     }

@@ -37,8 +37,10 @@ public:
     // activations do not fit the device's memory.
     Status forward(const Batch& batch, KvCache& cache, std::vector<float>* logits);
     // Runs the batch and returns the greedy token (argmax, first index on ties) of each logit row,
-    // computed on the backend (no logits copied to the host).
-    Status forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens);
+    // computed on the backend (no logits copied to the host); with logprobs, also each token's
+    // log-softmax (Backend::argmax_rows).
+    Status forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens,
+                          std::vector<float>* logprobs = nullptr);
 
 private:
     Decoder(const ModelConfig& config, Backend& backend, const DecoderOptions& options)

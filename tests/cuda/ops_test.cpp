@@ -381,9 +381,15 @@ TEST(CudaOps, RowOpsMatchCpu) {
             be->to_host(g, row.data());
             EXPECT_EQ(0, std::memcmp(row.data(), yv.data() + (s.n_rows - 1) * s.width, s.width * sizeof(float)));
             std::vector<int32_t> am(s.n_rows);
-            be->argmax_rows(y, am.data());
-            for (int64_t r = 0; r < s.n_rows; ++r)
-                EXPECT_EQ(am[r], argmax(yv.data() + r * s.width, s.width)) << "argmax row " << r;
+            std::vector<float> lp(s.n_rows);
+            be->argmax_rows(y, am.data(), lp.data());
+            for (int64_t r = 0; r < s.n_rows; ++r) {
+                const float* row = yv.data() + r * s.width;
+                EXPECT_EQ(am[r], argmax(row, s.width)) << "argmax row " << r;
+                double sum = 0;  // the chosen token's log-softmax in double
+                for (int64_t i = 0; i < s.width; ++i) sum += std::exp(double(row[i]) - row[am[r]]);
+                EXPECT_NEAR(lp[r], -std::log(sum), 1e-5 * std::max(1.0, std::log(sum))) << "logprob row " << r;
+            }
         }
     }
 }

@@ -62,6 +62,7 @@ SamplingParams greedy(int max_tokens) {
 
 struct Outcome {
     std::vector<int32_t> tokens;
+    std::vector<TokenLogprob> logprobs;
     std::string text;
     FinishReason reason = FinishReason::Error;
     RequestStats stats;
@@ -77,6 +78,7 @@ std::vector<Outcome> run_all(Engine& engine, const std::vector<Request>& request
             EXPECT_FALSE(o.finished) << "event after finish";
             if (e.kind == EngineEvent::Kind::Token) {
                 o.tokens.insert(o.tokens.end(), e.token_ids.begin(), e.token_ids.end());
+                o.logprobs.insert(o.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
                 o.text += e.text;
             } else {
                 o.reason = e.reason;
@@ -153,6 +155,33 @@ TEST(Engine, PlainGreedyAndPenalisedRequestsShareSteps) {
     }
     auto alone = Engine::create(*tiny().decoder, small_options(256)).value();
     EXPECT_EQ(run_all(*alone, {penalised})[0].tokens, out[1].tokens);
+}
+
+// Greedy requests asking only for the chosen token's logprob (logprobs 0) take the backend's
+// argmax path, which also returns the token's log-softmax; asking for one alternative (logprobs
+// 1) takes the host sampler over the copied logits. Same tokens, same logprobs.
+TEST(Engine, ChosenTokenLogprobsFromTheArgmaxPathMatchTheSampler) {
+    std::mt19937 rng(17);
+    const std::vector<int32_t> prompt = random_prompt(rng, 11);
+    Request fast, slow;
+    fast.prompt_ids = slow.prompt_ids = prompt;
+    fast.sampling = slow.sampling = greedy(12);
+    fast.sampling.logprobs = 0;
+    slow.sampling.logprobs = 1;
+    auto e1 = Engine::create(*tiny().decoder, small_options(256)).value();
+    auto e2 = Engine::create(*tiny().decoder, small_options(256)).value();
+    const Outcome a = run_all(*e1, {fast})[0], b = run_all(*e2, {slow})[0];
+    ASSERT_EQ(a.tokens, b.tokens);
+    ASSERT_EQ(a.logprobs.size(), a.tokens.size());
+    ASSERT_EQ(b.logprobs.size(), b.tokens.size());
+    for (size_t i = 0; i < a.tokens.size(); ++i) {
+        EXPECT_EQ(a.logprobs[i].token, a.tokens[i]);
+        EXPECT_TRUE(a.logprobs[i].top.empty());
+        EXPECT_LT(a.logprobs[i].logprob, 0.0f);
+        EXPECT_FLOAT_EQ(a.logprobs[i].logprob, b.logprobs[i].logprob) << "token " << i;
+        ASSERT_EQ(b.logprobs[i].top.size(), 1u);
+        EXPECT_EQ(b.logprobs[i].top[0].first, b.tokens[i]);
+    }
 }
 
 TEST(Engine, TinyPoolPreemptsAndMatchesEachRequestAlone) {

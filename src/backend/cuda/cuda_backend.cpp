@@ -47,6 +47,7 @@ CudaBackend::Impl::~Impl() {
     if (inv_freq) cudaFree(inv_freq);
     if (argmax_out) cudaFree(argmax_out);
     if (argmax_keys) cudaFree(argmax_keys);
+    if (argmax_logprob) cudaFree(argmax_logprob);
     if (cublas) cublasDestroy(cublas);
     if (cublas_workspace) cudaFree(cublas_workspace);
     if (stream) cudaStreamDestroy(stream);
@@ -401,7 +402,7 @@ void CudaBackend::download_kv_layer(KvCache& cache, int32_t layer, void* k_dst, 
     MVLLM_CUDA_OK(cudaStreamSynchronize(impl_->stream));
 }
 
-void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst) {
+void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob) {
     Impl& im = *impl_;
     const size_t rows = static_cast<size_t>(x.ne[1]);
     if (rows == 0) return;
@@ -409,12 +410,19 @@ void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst) {
         MVLLM_CUDA_OK(cudaStreamSynchronize(im.stream));
         if (im.argmax_out) cudaFree(im.argmax_out);
         if (im.argmax_keys) cudaFree(im.argmax_keys);
+        if (im.argmax_logprob) cudaFree(im.argmax_logprob);
         MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&im.argmax_out), rows * sizeof(int32_t)));
         MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&im.argmax_keys), rows * sizeof(unsigned long long)));
+        MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&im.argmax_logprob), rows * sizeof(float)));
         im.argmax_capacity = rows;
     }
     cuda::launch_argmax(x, im.argmax_keys, im.argmax_out, im.stream);
     MVLLM_CUDA_OK(cudaMemcpyAsync(dst, im.argmax_out, rows * sizeof(int32_t), cudaMemcpyDeviceToHost, im.stream));
+    if (logprob) {
+        cuda::launch_max_logprob(x, im.argmax_logprob, im.stream);
+        MVLLM_CUDA_OK(
+            cudaMemcpyAsync(logprob, im.argmax_logprob, rows * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
+    }
     MVLLM_CUDA_OK(cudaStreamSynchronize(im.stream));
 }
 

@@ -82,7 +82,7 @@ public:
 
     // Greedy sampling on the device: the argmax of each row of an F32 device tensor
     // (e.g. the logits), copied to dst[x.ne[1]].
-    void argmax_rows(const TensorView& x, int32_t* dst) override;
+    void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr) override;
     // Raw byte copies between a device tensor and host memory (tests, tools). Synchronous.
     void download(const TensorView& x, void* dst);
     void upload(const void* src, const TensorView& x);

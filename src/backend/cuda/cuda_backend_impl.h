@@ -93,6 +93,7 @@ struct CudaBackend::Impl {
     std::vector<float> inv_freq_host;
     int32_t* argmax_out = nullptr;
     unsigned long long* argmax_keys = nullptr;
+    float* argmax_logprob = nullptr;  // [argmax_capacity]: the argmax token's log-softmax
     size_t argmax_capacity = 0;
 
     cuda::MatmulScratch matmul_scratch;

@@ -133,6 +133,32 @@ __global__ void argmax_partial_kernel(const float* x, int64_t width, unsigned lo
     }
 }
 
+// (m, s) merged with (m2, s2): the running maximum and the sum of exp(x - m) over both.
+__device__ __forceinline__ void merge_max_sum(float& m, float& s, float m2, float s2) {
+    const float m_new = fmaxf(m, m2);
+    s = (m == -INFINITY ? 0.0f : s * __expf(m - m_new)) + (m2 == -INFINITY ? 0.0f : s2 * __expf(m2 - m_new));
+    m = m_new;
+}
+
+// out[blockIdx.x] = -log sum_i exp(x[row][i] - max) for row blockIdx.x. 1024 threads.
+__global__ void max_logprob_kernel(const float* x, int64_t width, float* out) {
+    __shared__ float ms[32], ss[32];
+    const float* r = x + blockIdx.x * width;
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) merge_max_sum(m, s, r[i], 1.0f);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) merge_max_sum(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    if ((threadIdx.x & 31) == 0) {
+        ms[threadIdx.x >> 5] = m;
+        ss[threadIdx.x >> 5] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) merge_max_sum(m, s, ms[w], ss[w]);
+        out[blockIdx.x] = -logf(s);
+    }
+}
+
 // out[row] = the index packed in keys[row]. One thread per row.
 __global__ void argmax_finish_kernel(const unsigned long long* keys, int32_t* out, int64_t n_rows) {
     const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -320,6 +346,13 @@ void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, 
     argmax_partial_kernel<<<grid, 256, 0, stream>>>(static_cast<const float*>(x.data), x.ne[0], keys);
     MVLLM_CUDA_LAUNCH_CHECK();
     argmax_finish_kernel<<<static_cast<unsigned>(ceil_div(n_rows, 128)), 128, 0, stream>>>(keys, out, n_rows);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream) {
+    MVLLM_CHECK(x.type == DType::F32) << "max_logprob input " << type_name(x.type);
+    if (x.ne[1] == 0) return;
+    max_logprob_kernel<<<static_cast<unsigned>(x.ne[1]), 1024, 0, stream>>>(static_cast<const float*>(x.data), x.ne[0], out);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

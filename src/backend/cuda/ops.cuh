@@ -31,6 +31,9 @@ void launch_convert(const TensorView& src, const TensorView& dst, cudaStream_t s
 // out[r] = argmax of row r of x (F32; first index wins ties). keys: [n_rows] device scratch.
 // Many CTAs per row merge (value, index) keys with one 64-bit atomicMax each.
 void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, cudaStream_t stream);
+// out[r] = the log-softmax of row r's maximum, -log sum_i exp(x[r][i] - max_r) (F32 x). One CTA
+// per row, one pass (running maximum and rescaled sum per thread, merged at the end).
+void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream);
 // From qkv [n_tokens][q_dim | kv_dim | kv_dim] f32: q = RoPE(q part) (q: [n_tokens][q_dim] f32);
 // RoPE(k part) and the v part written to the tokens' cache slots. inv_freq [head_dim / 2] f32.
 void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& qkv, int32_t n_heads,
