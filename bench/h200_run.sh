@@ -116,7 +116,7 @@ fi
 if has profile; then  # kernel time per kernel name (real clocks, warm caches): 7B batch-64 decode steps
   command -v ncu > /dev/null || echo "no ncu"
   f=$(model qwen2.5-7b q4_0)
-  timeout ${PROFILE_TIMEOUT:-200} ncu --csv --clock-control none --cache-control none --metrics gpu__time_duration.sum --launch-count 2500 \
+  timeout ${PROFILE_TIMEOUT:-200} ncu --csv --clock-control none --cache-control none --metrics gpu__time_duration.sum --launch-skip ${PROFILE_SKIP:-0} --launch-count ${PROFILE_COUNT:-2500} \
     $B bench throughput -m "$f" --device cuda --num-requests 64 --max-seqs 64 --input-len 16 --output-len 64 \
     --kv-cache-memory 16GiB --kv-dtype f16 --activation-dtype f16 > "$LOG/ncu_7b_b64.csv" 2>&1
   echo "ncu 7B batch 64 rc=$?"; python3 bench/ncu_summary.py "$LOG/ncu_7b_b64.csv" 25
