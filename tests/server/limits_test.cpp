@@ -243,7 +243,9 @@ TEST(ServerLimits, QueueLength) {
     auto c1 = f.client();
     auto r = c1.Post("/v1/completions", R"({"prompt": [1], "max_tokens": 1})", "application/json");
     const int status = r ? r->status : 0;
-    if (r) EXPECT_EQ(json::parse(r->body)["error"]["code"], "queue_full");
+    if (r) {
+        EXPECT_EQ(json::parse(r->body)["error"]["code"], "queue_full");
+    }
     EXPECT_EQ(status, 429);
     f.paused = false;
     first.join();
