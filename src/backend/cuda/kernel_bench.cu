@@ -342,28 +342,20 @@ Result<KernelBenchReport> run_kernel_bench(const KernelBenchOptions& o) {
                 const QxView qx = qx_view(qx_buf, n_in, nt);
                 if (integer) launch_quantize_qx(xv, qx, s);
                 // One graph: the GEMV over every copy of the weights.
-                cudaGraph_t graph;
-                cudaGraphExec_t exec;
-                MVLLM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-                for (int c = 0; c < n_copies; ++c) {
+                const double us = graph_us(s, n_copies, o.replays, [&](int copy) {
                     TensorView w;
                     w.type = type;
                     w.ne = {n_in, n_out, 1, 1};
-                    w.data = weights + c * w_bytes;
+                    w.data = weights + copy * w_bytes;
                     if (integer) launch_gemv_qx(w, qx, TensorView{}, ov, GemvEpilogue::Store, s);
                     else launch_gemv_float(w, xv, TensorView{}, ov, GemvEpilogue::Store, s);
-                }
-                MVLLM_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-                MVLLM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-                const double ms = time_ms(s, o.replays, [&] { MVLLM_CUDA_CHECK(cudaGraphLaunch(exec, s)); });
-                cudaGraphExecDestroy(exec);
-                cudaGraphDestroy(graph);
+                });
                 GemvBenchCase c;
                 c.type = type;
                 c.n_in = n_in;
                 c.n_out = n_out;
                 c.n_tokens = nt;
-                c.us = ms * 1000.0 / n_copies;
+                c.us = us;
                 c.weight_bytes = static_cast<double>(w_bytes);
                 const double x_bytes = integer ? static_cast<double>(qx_bytes(n_in, nt)) : 4.0 * n_in * nt;
                 c.bytes = c.weight_bytes + x_bytes + 4.0 * n_out * nt;
