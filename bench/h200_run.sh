@@ -68,33 +68,46 @@ if has serve; then  # issue 7: mvllm bench serve at 1, 16 and 64 streaming clien
     echo "bench serve $p rc=$?"; grep -E "^\|" "$LOG/serve_$p.log" | head -8
   done
 fi
+# AB_ENV="VAR=value": the decode and throughput stages also run with that variable set (an A/B
+# of one switch in the same call, e.g. AB_ENV=MVLLM_CUDA_PDL=0); results get the suffix _ab.
+variants() { echo base ${AB_ENV:-}; }
+with_env() { local e=$1; shift; if [ "$e" = base ]; then "$@"; else env "$e" "$@"; fi; }
+suffix() { [ "$1" = base ] && echo "" || echo _ab; }
 if has decode; then
   for p in qwen2.5-0.5b qwen2.5-7b; do
     f=$(model $p q4_0)
-    timeout 120 $B bench decode -m "$f" --device cuda --kv-dtype f16 --prompt-len 512 -n 127 --repeat 3 \
-      --json-out "$LOG/decode_${p}_q4_0.json" > "$LOG/decode_$p.log" 2>&1
-    echo "bench decode $p q4_0 rc=$?: $(tail -2 "$LOG/decode_$p.log" | tr '\n' ' ')"
+    for e in $(variants); do
+      x=$(suffix $e)
+      with_env $e timeout 120 $B bench decode -m "$f" --device cuda --kv-dtype f16 --prompt-len 512 -n 127 --repeat 3 \
+        --json-out "$LOG/decode_${p}_q4_0$x.json" > "$LOG/decode_$p$x.log" 2>&1
+      echo "bench decode $p q4_0 [$e] rc=$?: $(tail -2 "$LOG/decode_$p$x.log" | tr '\n' ' ')"
+    done
   done
 fi
 if has throughput; then  # B4(a) with F16 KV and activations (llama.cpp's defaults), B4(b) nano-vllm shape
-  for p in qwen2.5-0.5b qwen2.5-7b; do
+  for p in ${B4_MODELS:-qwen2.5-0.5b qwen2.5-7b}; do
     f=$(model $p q4_0)
     for n in ${B4_SIZES:-1 16 64 256}; do
       [ $p = qwen2.5-7b ] && [ $n = 256 ] && continue
       # B4_AB=1: also with cuBLAS on the F16 copies instead of the quantised tile GEMM.
-      for tiles in ${B4_TILES:-256} ${B4_AB:+0}; do
-        MVLLM_GEMM_TILES_MAX_ROWS=$tiles timeout 150 $B bench throughput -m "$f" --device cuda --num-requests $n \
-          --max-seqs $n --input-len 512 --output-len 256 --max-batched-tokens 8192 --kv-cache-memory 90% \
-          --kv-dtype f16 --activation-dtype f16 --json-out "$LOG/b4a_${p}_b${n}_tiles$tiles.json" \
-          > "$LOG/b4a_${p}_b${n}_tiles$tiles.log" 2>&1
-        echo "B4a $p B=$n tiles<=$tiles rc=$?: $(tail -1 "$LOG/b4a_${p}_b${n}_tiles$tiles.log")"
+      for tiles in ${B4_TILES:-0} ${B4_AB:+256}; do
+        for e in $(variants); do
+          x=$(suffix $e)
+          with_env $e env MVLLM_GEMM_TILES_MAX_ROWS=$tiles MVLLM_CUDA_STEP_TIMING=1 timeout 150 $B bench throughput \
+            -m "$f" --device cuda --num-requests $n \
+            --max-seqs $n --input-len 512 --output-len 256 --max-batched-tokens 8192 --kv-cache-memory 90% \
+            --kv-dtype f16 --activation-dtype f16 --json-out "$LOG/b4a_${p}_b${n}_tiles$tiles$x.json" \
+            > "$LOG/b4a_${p}_b${n}_tiles$tiles$x.log" 2>&1
+          echo "B4a $p B=$n tiles<=$tiles [$e] rc=$?: $(tail -1 "$LOG/b4a_${p}_b${n}_tiles$tiles$x.log")"
+          grep -h "graph launches" "$LOG/b4a_${p}_b${n}_tiles$tiles$x.log"
+        done
       done
     done
   done
   f=$(model qwen2.5-0.5b q4_0)
-  timeout 150 $B bench throughput -m "$f" --device cuda --num-requests 256 --input-len 100:1024 --output-len 100:1024 \
-    --kv-cache-memory 90% --kv-dtype f16 --activation-dtype f16 --json-out "$LOG/b4b_q05.json" > "$LOG/b4b_q05.log" 2>&1
-  echo "B4b 0.5B rc=$?: $(tail -1 "$LOG/b4b_q05.log")"
+  [ -n "${SKIP_B4B:-}" ] || timeout 150 $B bench throughput -m "$f" --device cuda --num-requests 256 --input-len 100:1024 --output-len 100:1024 \
+    --kv-cache-memory 90% --kv-dtype f16 --activation-dtype f16 --json-out "$LOG/b4b_q05.json" > "$LOG/b4b_q05.log" 2>&1 &&
+    echo "B4b 0.5B: $(tail -1 "$LOG/b4b_q05.log")"
 fi
 if has spec; then  # issue 9 on the H200: the shipped model and its draft
   mkdir -p "$LOG/spec"

@@ -92,21 +92,28 @@ public:
         matmul(w, x, TensorView{}, scratch);
         add(acc, scratch);
     }
-    // out = silu(W_gate x) * (W_up x).
+    // out = silu(W_gate x) * (W_up x). scratch: f32 with room for [n_rows][2 * n_ff] (the default
+    // uses its halves as the gate and up products; a backend may use it as one stacked product).
     virtual void matmul_swiglu(const TensorView& w_gate, const TensorView& w_up, const TensorView& x,
-                               const TensorView& out, const TensorView& gate_scratch, const TensorView& up_scratch) {
-        matmul(w_gate, x, TensorView{}, gate_scratch);
-        matmul(w_up, x, TensorView{}, up_scratch);
-        silu_mul(gate_scratch, up_scratch, out);
+                               const TensorView& out, const TensorView& scratch) {
+        TensorView gate = scratch;
+        gate.type = DType::F32;
+        gate.ne = {w_gate.ne[1], x.ne[1], 1, 1};
+        TensorView up = gate;
+        up.data = static_cast<float*>(scratch.data) + gate.n_elements();
+        matmul(w_gate, x, TensorView{}, gate);
+        matmul(w_up, x, TensorView{}, up);
+        silu_mul(gate, up, out);
     }
     // True when the backend wants Q, K and V as one matrix (rows q, then k, then v) followed by
     // rope_kv_store instead of three matmuls, two RoPEs and kv_store.
     virtual bool fuses_qkv() const { return false; }
-    // From qkv [n_rows][q_dim + 2 kv_dim] f32: q = RoPE(q part) into q [n_rows][q_dim] f32, and
-    // RoPE(k part), v part written into the cache slots of the batch. Only when fuses_qkv().
-    virtual void rope_kv_store(const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads, const RopeParams& rope,
-                               const TensorView& q, KvCache& cache, int32_t layer) {
-        (void)qkv, (void)n_heads, (void)n_kv_heads, (void)rope, (void)q, (void)cache, (void)layer;
+    // From qkv [n_rows][q_dim + 2 kv_dim] f32 plus bias ([q_dim + 2 kv_dim] f32, or none: the QKV
+    // bias added here, not by the matmul): q = RoPE(q part) into q [n_rows][q_dim] f32, and RoPE(k
+    // part), v part written into the cache slots of the batch. Only when fuses_qkv().
+    virtual void rope_kv_store(const TensorView& qkv, const TensorView& bias, int32_t n_heads, int32_t n_kv_heads,
+                               const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) {
+        (void)qkv, (void)bias, (void)n_heads, (void)n_kv_heads, (void)rope, (void)q, (void)cache, (void)layer;
         MVLLM_CHECK(false) << name() << " does not fuse QKV";
     }
 

@@ -171,8 +171,7 @@ TensorView Decoder::run(const Batch& batch, KvCache& cache) {
     TensorView qkv = fused_qkv ? be.alloc(DType::F32, c.q_dim() + 2 * c.kv_dim(), n) : TensorView{};
     TensorView attn = be.alloc(act, c.q_dim(), n);
     TensorView proj = be.alloc(DType::F32, c.n_embd, n);   // O and down projections (unfused backends)
-    TensorView gate = be.alloc(DType::F32, c.n_ff, n);
-    TensorView up = be.alloc(DType::F32, c.n_ff, n);
+    TensorView gate_up = be.alloc(DType::F32, 2 * c.n_ff, n);  // scratch of matmul_swiglu
     TensorView hidden = be.alloc(act, c.n_ff, n);
     TensorView last = be.alloc(DType::F32, c.n_embd, n_logits);
     TensorView last_norm = be.alloc(act, c.n_embd, n_logits);
@@ -187,8 +186,8 @@ TensorView Decoder::run(const Batch& batch, KvCache& cache) {
             const LayerWeights& w = weights_.layers[l];
             be.rms_norm(x, w.attn_norm, c.rms_norm_eps, xn);
             if (fused_qkv) {
-                be.matmul(wqkv_[l], xn, bqkv_[l], qkv);
-                be.rope_kv_store(qkv, c.n_heads, c.n_kv_heads, rope, q, cache, l);
+                be.matmul(wqkv_[l], xn, none, qkv);
+                be.rope_kv_store(qkv, bqkv_[l], c.n_heads, c.n_kv_heads, rope, q, cache, l);
             } else {
                 be.matmul(w.wq, xn, w.bq, q);
                 be.matmul(w.wk, xn, w.bk, k);
@@ -201,7 +200,7 @@ TensorView Decoder::run(const Batch& batch, KvCache& cache) {
             be.matmul_add(w.wo, attn, x, proj);
 
             be.rms_norm(x, w.ffn_norm, c.rms_norm_eps, xn);
-            be.matmul_swiglu(w.w_gate, w.w_up, xn, hidden, gate, up);
+            be.matmul_swiglu(w.w_gate, w.w_up, xn, hidden, gate_up);
             be.matmul_add(w.w_down, hidden, x, proj);
         }
         if (n_logits > 0) {

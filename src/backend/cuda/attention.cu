@@ -46,6 +46,7 @@ struct KvSource {
 template <typename KT>
 __global__ void repeat_kv_kernel(DeviceBatch batch, KvSource cache, const int64_t* seq_ctx_offset, int32_t n_heads,
                                  KT* rep_k, KT* rep_v) {
+    pdl_begin();
     const int32_t seq = blockIdx.y;
     const int64_t j = blockIdx.x;
     if (j >= batch.seq_context_len[seq]) return;
@@ -71,6 +72,7 @@ __global__ void repeat_kv_kernel(DeviceBatch batch, KvSource cache, const int64_
 template <typename KT>
 __global__ void scores_kernel(DeviceBatch batch, KvSource src, const float* q, int32_t n_heads, float scale,
                               float* scores, int32_t max_context) {
+    pdl_begin();
     extern __shared__ float q_shared[];  // [group][head_dim]
     const int32_t row = blockIdx.y, src_head = blockIdx.z;
     const int32_t group = n_heads / src.n_src_heads;
@@ -99,6 +101,7 @@ __global__ void scores_kernel(DeviceBatch batch, KvSource src, const float* q, i
 // In place: scores[row][head][0..positions[row]] -> softmax. One CTA (256 threads) per (row, head).
 // Grid (n_tokens, n_heads).
 __global__ void softmax_kernel(DeviceBatch batch, float* scores, int32_t n_heads, int32_t max_context) {
+    pdl_begin();
     __shared__ float scratch[32];
     const int32_t row = blockIdx.x;
     float* s = scores + (static_cast<int64_t>(row) * n_heads + blockIdx.y) * max_context;
@@ -123,6 +126,7 @@ __global__ void softmax_kernel(DeviceBatch batch, float* scores, int32_t n_heads
 template <typename KT>
 __global__ void pv_kernel(DeviceBatch batch, KvSource src, const float* probs, int32_t n_heads, void* out,
                           DType out_type, int32_t max_context) {
+    pdl_begin();
     const int32_t row = blockIdx.x, src_head = blockIdx.y, d = threadIdx.x;
     const int32_t group = n_heads / src.n_src_heads;
     if (d >= src.head_dim) return;
@@ -190,6 +194,7 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
     fused_attention_kernel(DeviceBatch batch, KvSource cache, const float* q, int32_t n_heads, float scale_log2,
                            int32_t split_tokens, int32_t n_splits, void* out, DType out_type, float* part_o,
                            float* part_ml) {
+    pdl_begin();
     constexpr int L = HD / kVec;      // lanes per token
     constexpr int TPW = 32 / L;       // tokens per warp step
     static_assert(HD % kVec == 0 && 32 % L == 0, "head_dim");
@@ -320,6 +325,7 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
 // Grid (n_tokens, n_heads), head_dim threads.
 __global__ void merge_splits_kernel(const float* part_o, const float* part_ml, int32_t n_splits, int32_t head_dim,
                                     void* out, DType out_type) {
+    pdl_begin();
     const int64_t head_row = static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y;
     const int d = threadIdx.x;
     if (d >= head_dim) return;
@@ -366,7 +372,7 @@ void three_kernels(CudaAttention variant, const DeviceBatch& batch, const int64_
         ensure(&scratch.repeated, &scratch.repeated_bytes, 2 * half, "repeated K/V");
         KT* rep_k = static_cast<KT*>(scratch.repeated);
         KT* rep_v = reinterpret_cast<KT*>(static_cast<uint8_t*>(scratch.repeated) + half);
-        repeat_kv_kernel<KT><<<dim3(max_ctx, batch.n_seqs), 256, 0, stream>>>(batch, src, seq_ctx_offset, n_heads,
+        launch_pdl(repeat_kv_kernel<KT>, dim3(max_ctx, batch.n_seqs), 256, 0, stream, batch, src, seq_ctx_offset, n_heads,
                                                                               rep_k, rep_v);
         MVLLM_CUDA_LAUNCH_CHECK();
         src = KvSource{rep_k, rep_v, n_heads, hd, false, kv.block_size, batch.block_tables, batch.seq_block_begin,
@@ -377,14 +383,12 @@ void three_kernels(CudaAttention variant, const DeviceBatch& batch, const int64_
     float* scores = static_cast<float*>(scratch.scores);
     const int32_t group = n_heads / src.n_src_heads;
     const size_t shared = static_cast<size_t>(group) * hd * sizeof(float);
-    scores_kernel<KT><<<dim3(static_cast<unsigned>(ceil_div(max_ctx, 64)), batch.n_tokens, src.n_src_heads), 64,
-                        shared, stream>>>(batch, src, static_cast<const float*>(q.data), n_heads, scale, scores,
+    launch_pdl(scores_kernel<KT>, dim3(static_cast<unsigned>(ceil_div(max_ctx, 64)), batch.n_tokens, src.n_src_heads), 64, shared, stream, batch, src, static_cast<const float*>(q.data), n_heads, scale, scores,
                                           max_ctx);
     MVLLM_CUDA_LAUNCH_CHECK();
-    softmax_kernel<<<dim3(batch.n_tokens, n_heads), 256, 0, stream>>>(batch, scores, n_heads, max_ctx);
+    launch_pdl(softmax_kernel, dim3(batch.n_tokens, n_heads), 256, 0, stream, batch, scores, n_heads, max_ctx);
     MVLLM_CUDA_LAUNCH_CHECK();
-    pv_kernel<KT><<<dim3(batch.n_tokens, src.n_src_heads), static_cast<unsigned>(ceil_div(hd, 32) * 32), 0,
-                    stream>>>(batch, src, scores, n_heads, out.data, out.type, max_ctx);
+    launch_pdl(pv_kernel<KT>, dim3(batch.n_tokens, src.n_src_heads), static_cast<unsigned>(ceil_div(hd, 32) * 32), 0, stream, batch, src, scores, n_heads, out.data, out.type, max_ctx);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
@@ -407,13 +411,12 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
     const KvSource src{kv.k, kv.v, kv.n_kv_heads, HD, true, kv.block_size, batch.block_tables,
                        batch.seq_block_begin, nullptr};
     const dim3 grid(batch.n_tokens, kv.n_kv_heads * n_tiles, split.n_splits);
-    fused_attention_kernel<HD, KT, G><<<grid, kFusedWarps * 32, 0, stream>>>(
+    launch_pdl(fused_attention_kernel<HD, KT, G>, grid, kFusedWarps * 32, 0, stream,
         batch, src, static_cast<const float*>(q.data), n_heads, scale * kLog2e, split.split_tokens,
         split.n_splits, out.data, out.type, part_o, part_ml);
     MVLLM_CUDA_LAUNCH_CHECK();
     if (split.n_splits > 1) {
-        merge_splits_kernel<<<dim3(batch.n_tokens, n_heads), static_cast<unsigned>(ceil_div(HD, 32) * 32), 0,
-                              stream>>>(part_o, part_ml, split.n_splits, HD, out.data, out.type);
+        launch_pdl(merge_splits_kernel, dim3(batch.n_tokens, n_heads), static_cast<unsigned>(ceil_div(HD, 32) * 32), 0, stream, part_o, part_ml, split.n_splits, HD, out.data, out.type);
         MVLLM_CUDA_LAUNCH_CHECK();
     }
 }
@@ -458,7 +461,7 @@ void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
         counters = static_cast<int32_t*>(scratch.counters);
     }
     const dim3 grid(batch.n_tokens, kv.n_kv_heads * n_tiles, split.n_splits);
-    mma_decode::decode_kernel<HD, KT><<<grid, mma_decode::kWarps * 32, kShared, stream>>>(
+    launch_pdl(mma_decode::decode_kernel<HD, KT>, grid, mma_decode::kWarps * 32, kShared, stream,
         batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
         static_cast<const float*>(q.data), n_heads, scale * kLog2e, split.split_tokens, split.n_splits, out.data,
         out.type, part_o, part_ml, counters);

@@ -102,6 +102,23 @@ __device__ __forceinline__ void load_tile(KT* sk, KT* sv, const KT* kc, const KT
 
 __device__ __forceinline__ float exp2_or_zero(float x, float m) { return m == -INFINITY ? 0.0f : exp2f(x - m); }
 
+// The L2 lines of load_tile's K and V tiles (one prefetch per 128-byte line).
+template <int HD, typename KT>
+__device__ __forceinline__ void prefetch_tile(const KT* kc, const KT* vc, const int32_t* table, int32_t block_size,
+                                              int32_t n_kv, int32_t kv_head, int32_t t0, int32_t t_end, int lane) {
+    constexpr int kChunks = HD / 8;                       // 16-byte chunks per token row
+    constexpr int kLine = 128 / (8 * sizeof(KT));         // chunks per 128-byte line
+    for (int i = lane; i < kTile * kChunks; i += 32) {
+        const int row = i / kChunks, chunk = i % kChunks;
+        const int32_t t = t0 + row;
+        if (t >= t_end || chunk % kLine != 0) continue;
+        const int64_t block = table[t / block_size];
+        const int64_t off = ((block * n_kv + kv_head) * block_size + t % block_size) * HD + chunk * 8;
+        prefetch_l2(kc + off);
+        prefetch_l2(vc + off);
+    }
+}
+
 // ---- the kernel -----------------------------------------------------------------------------------
 
 // Reads: q [n_tokens][n_heads][HD] f32 (RoPE applied), the paged K/V of the row's sequence in
@@ -112,9 +129,10 @@ __device__ __forceinline__ float exp2_or_zero(float x, float m) { return m == -I
 // shared_bytes<HD, KT>() of dynamic shared memory.
 template <int HD, typename KT>
 __global__ void __launch_bounds__(kWarps * 32, 1)
-    decode_kernel(DeviceBatch batch, const KT* __restrict__ kc, const KT* __restrict__ vc, int32_t n_kv,
-                  const float* __restrict__ q, int32_t n_heads, float scale_log2, int32_t split_tokens,
+    decode_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv,
+                  const float* q, int32_t n_heads, float scale_log2, int32_t split_tokens,
                   int32_t n_splits, void* out, DType out_type, float* part_o, float* part_ml, int32_t* counters) {
+    pdl_trigger();
     static_assert(HD % 16 == 0, "head_dim must be a multiple of 16");
     constexpr int kK = HD / 16;   // k-steps of Q K^T
     constexpr int kN = HD / 8;    // n-tiles of P V
@@ -138,6 +156,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t4 = lane & 3;  // mma fragment coordinates
     KT* pipe = reinterpret_cast<KT*>(smem) + static_cast<size_t>(warp) * kStages * 2 * kTile * HD;
+    // Everything above read only the step's metadata. The warp's first tiles go to L2 while the
+    // previous kernel (which writes q and the newest token's K/V) drains; then the wait.
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s)
+        prefetch_tile<HD>(kc, vc, table, batch.block_size, n_kv, kv_head, t_begin + (s * kWarps + warp) * kTile,
+                          t_end, lane);
+    pdl_wait();
 
     // Q as A fragments (rows = query heads, scaled to base 2); heads past n_g are zero.
     uint32_t qa[kK][4], qa_lo[Pack<KT>::kSplit ? kK : 1][4];

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "core/status.h"
 #include "core/types.h"
@@ -92,5 +93,51 @@ __device__ __forceinline__ float rms_scale(const XT* x, int64_t base, int64_t wi
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- Programmatic dependent launch (PDL) ----------------------------------------------------------
+// A kernel launched with launch_pdl may be scheduled while the kernel before it on the stream is
+// still running: its CTAs become resident and wait in pdl_wait() until that kernel has finished and
+// its writes are visible, so the launch latency and the prologue overlap the previous kernel's
+// tail. Every kernel launched with launch_pdl calls pdl_begin() (or pdl_trigger() + pdl_wait())
+// before it reads anything an earlier kernel wrote or writes anything an earlier kernel reads;
+// only loads of data no kernel of the step writes (weights, the step's metadata) and L2 prefetches
+// may come before the wait. pdl_trigger() lets the next kernel launch as soon as every CTA of this
+// one is resident; it does not release the next kernel's pdl_wait(), which waits for completion.
+// Launched without the attribute (or before sm_90), both are no-ops.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_begin() {
+    pdl_trigger();
+    pdl_wait();
+}
+// Brings the 128-byte line of p into L2 (no register result; safe before pdl_wait: L2 is coherent).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// Whether launch_pdl sets the attribute (MVLLM_CUDA_PDL=0 turns it off, for A/B measurements).
+bool pdl_enabled();
+
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch when enabled.
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = pdl_enabled() ? 1 : 0;
+    MVLLM_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
 
 }  // namespace mvllm::cuda

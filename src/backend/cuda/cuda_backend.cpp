@@ -1,5 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -35,6 +37,13 @@ bool cuda_device_available() {
 
 CudaBackend::Impl::~Impl() {
     if (stream) cudaStreamSynchronize(stream);
+    if (graph_timing.enabled) {
+        collect_graph_time();
+        std::fprintf(stderr, "cuda: %lld graph launches, %.1f us of device time each (start to end of the graph)\n",
+                     static_cast<long long>(graph_timing.n), graph_timing.n ? 1e3 * graph_timing.total_ms / graph_timing.n : 0.0);
+        cudaEventDestroy(graph_timing.start);
+        cudaEventDestroy(graph_timing.stop);
+    }
     for (auto& [key, g] : graphs) {
         if (g.exec) cudaGraphExecDestroy(g.exec);
         if (g.meta_device) cudaFree(g.meta_device);
@@ -126,6 +135,12 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     impl->options = options;
     const char* env = std::getenv("MVLLM_CUDA_GRAPHS");
     impl->graphs_enabled = options.graphs && !(env && std::string(env) == "0");
+    const char* timing_env = std::getenv("MVLLM_CUDA_STEP_TIMING");
+    if (timing_env && std::string(timing_env) == "1") {
+        impl->graph_timing.enabled = true;
+        MVLLM_CUDA_OK(cudaEventCreate(&impl->graph_timing.start));
+        MVLLM_CUDA_OK(cudaEventCreate(&impl->graph_timing.stop));
+    }
     const char* f16_env = std::getenv("MVLLM_CUDA_F16_WEIGHTS");
     if (f16_env && std::string(f16_env) == "0") impl->options.f16_weight_copies = false;
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
@@ -205,6 +220,32 @@ void CudaBackend::Impl::add_f16_copy(const TensorView& w) {
     MVLLM_CUDA_OK(cudaStreamSynchronize(stream));
     f16_copies[w.data] = ptr;
     f16_copy_bytes += bytes;
+}
+
+const void* CudaBackend::Impl::stacked_f16_copies(const TensorView& gate, const TensorView& up) {
+    const auto* g = static_cast<const uint8_t*>(f16_copy(gate));
+    const auto* u = static_cast<const uint8_t*>(f16_copy(up));
+    if (!g || !u) return nullptr;
+    const size_t half = static_cast<size_t>(gate.n_elements()) * 2;
+    if (g + half == u) return g;
+    if (mode != StepMode::Eager) return nullptr;  // no allocation while a step is recorded
+    void* both = nullptr;
+    if (cudaMalloc(&both, 2 * half) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;  // two GEMMs instead
+    }
+    MVLLM_CUDA_OK(cudaMemcpyAsync(both, g, half, cudaMemcpyDeviceToDevice, stream));
+    MVLLM_CUDA_OK(cudaMemcpyAsync(static_cast<uint8_t*>(both) + half, u, half, cudaMemcpyDeviceToDevice, stream));
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));
+    for (const void* old : {static_cast<const void*>(g), static_cast<const void*>(u)}) {
+        weights.erase(std::find(weights.begin(), weights.end(), old));
+        MVLLM_CUDA_OK(cudaFree(const_cast<void*>(old)));
+    }
+    weights.push_back(both);
+    f16_copies[gate.data] = both;
+    f16_copies[up.data] = static_cast<uint8_t*>(both) + half;
+    ++arena_generation;  // recorded steps may point at the freed copies
+    return both;
 }
 
 Result<DeviceMemory> CudaBackend::memory_info() const {
@@ -304,16 +345,34 @@ void CudaBackend::matmul_add(const TensorView& w, const TensorView& x, const Ten
 }
 
 void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up, const TensorView& x,
-                                const TensorView& out, const TensorView& gate_scratch, const TensorView& up_scratch) {
+                                const TensorView& out, const TensorView& scratch) {
     Impl& im = *impl_;
     cuda::QxView storage;
-    const cuda::QxView* qx = w_gate.type == w_up.type ? im.qx_for(w_gate, x, &storage) : nullptr;
-    if (!qx) {
-        Backend::matmul_swiglu(w_gate, w_up, x, out, gate_scratch, up_scratch);
+    const bool same = w_gate.type == w_up.type && w_gate.ne == w_up.ne;
+    if (const cuda::QxView* qx = same ? im.qx_for(w_gate, x, &storage) : nullptr) {
+        im.wrote(out);
+        cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream);
         return;
     }
+    // Larger batches on quantised weights: one GEMM over the stacked F16 copies, then SwiGLU.
+    const void* stacked = same && cuda::choose_matmul_path(w_gate.type, x.ne[1], im.options.batch_invariant) ==
+                                      cuda::MatmulPath::GemmF16
+                              ? im.stacked_f16_copies(w_gate, w_up)
+                              : nullptr;
+    if (!stacked) {
+        Backend::matmul_swiglu(w_gate, w_up, x, out, scratch);
+        return;
+    }
+    TensorView w = w_gate;
+    w.ne[1] = 2 * w_gate.ne[1];
+    TensorView gate_up = scratch;
+    gate_up.type = DType::F32;
+    gate_up.ne = {w.ne[1], x.ne[1], 1, 1};
+    im.wrote(gate_up);
     im.wrote(out);
-    cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream);
+    cuda::launch_matmul(w, stacked, x, TensorView{}, gate_up, cuda::GemvEpilogue::Store, nullptr, im.matmul_scratch,
+                        im.cublas, im.stream, im.n_sms, im.options.batch_invariant);
+    cuda::launch_silu_mul_stacked(gate_up, out, im.stream);
 }
 
 void CudaBackend::rope(const TensorView& x, int32_t n_heads, const RopeParams& rope) {
@@ -342,14 +401,14 @@ void CudaBackend::kv_store(KvCache& cache, int32_t layer, const TensorView& k, c
     cuda::launch_kv_store(impl_->batch, device_layer(cache, layer), k, v, impl_->stream);
 }
 
-void CudaBackend::rope_kv_store(const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads, const RopeParams& rope,
-                                const TensorView& q, KvCache& cache, int32_t layer) {
+void CudaBackend::rope_kv_store(const TensorView& qkv, const TensorView& bias, int32_t n_heads, int32_t n_kv_heads,
+                                const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) {
     Impl& im = *impl_;
     im.wrote(q);
     im.set_inv_freq(rope);
     const cuda::DeviceKvLayer kv = device_layer(cache, layer);
     MVLLM_CHECK(kv.n_kv_heads == n_kv_heads && kv.head_dim == rope.head_dim) << "rope_kv_store geometry";
-    cuda::launch_rope_kv_store(im.batch, kv, qkv, n_heads, im.inv_freq, q, im.stream);
+    cuda::launch_rope_kv_store(im.batch, kv, qkv, bias, n_heads, im.inv_freq, q, im.stream);
 }
 
 void CudaBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, const TensorView& out,

@@ -63,13 +63,14 @@ public:
     void to_host(const TensorView& x, float* dst) override;
 
     // Fused forms (backend.h): the residual add in the GEMV epilogue, gate/up + SwiGLU in one
-    // GEMV, QKV as one matrix + one RoPE / KV-write kernel.
+    // GEMV (or one GEMM of the stacked F16 copies + one SwiGLU kernel), QKV as one matrix + one
+    // bias / RoPE / KV-write kernel.
     void matmul_add(const TensorView& w, const TensorView& x, const TensorView& acc, const TensorView& scratch) override;
     void matmul_swiglu(const TensorView& w_gate, const TensorView& w_up, const TensorView& x, const TensorView& out,
-                       const TensorView& gate_scratch, const TensorView& up_scratch) override;
+                       const TensorView& scratch) override;
     bool fuses_qkv() const override { return true; }
-    void rope_kv_store(const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads, const RopeParams& rope,
-                       const TensorView& q, KvCache& cache, int32_t layer) override;
+    void rope_kv_store(const TensorView& qkv, const TensorView& bias, int32_t n_heads, int32_t n_kv_heads,
+                       const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) override;
 
     // Decode steps (every sequence one token, up to 512 sequences, fused attention)
     // are recorded as one CUDA graph per (program, cache, batch size, context bucket) on their

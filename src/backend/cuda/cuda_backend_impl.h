@@ -66,6 +66,9 @@ struct CudaBackend::Impl {
     void copy_to_device(void* dst, const void* src, size_t bytes);
     // Makes the F16 copy of a just-uploaded quantised weight when the options and memory allow.
     void add_f16_copy(const TensorView& w);
+    // The F16 copies of gate and up as one [gate rows; up rows] matrix (moved together at the
+    // first eager call), or nullptr when they have no copies or cannot be moved now.
+    const void* stacked_f16_copies(const TensorView& gate, const TensorView& up);
     const void* f16_copy(const TensorView& w) const {
         const auto it = f16_copies.find(w.data);
         return it == f16_copies.end() ? nullptr : it->second;
@@ -110,6 +113,16 @@ struct CudaBackend::Impl {
     static constexpr size_t kMaxGraphs = 96;
     uint64_t step_counter = 0;
     std::map<StepKey, int> seen;
+    // MVLLM_CUDA_STEP_TIMING=1: the device time of every recorded step, from its graph's start to
+    // its end (gaps between the step's kernels included, the host's time between steps not),
+    // reported on stderr at exit; against the wall time of a step it says where a step's time goes.
+    struct GraphTiming {
+        bool enabled = false, pending = false;
+        cudaEvent_t start = nullptr, stop = nullptr;
+        double total_ms = 0;
+        int64_t n = 0;
+    } graph_timing;
+    void collect_graph_time();
 
     ~Impl();
     void ensure_meta(size_t bytes);

@@ -76,6 +76,11 @@ struct Item<DType::Q4_0> {
         q = load_weight16(m.body + i * 16);
         d = load_half_bits(m.scales + 2 * i);
     }
+    static __device__ __forceinline__ void prefetch(const QuantMatrix& m, int64_t row, int64_t it) {
+        const int64_t i = row * m.blocks_per_row + it;
+        prefetch_l2(m.body + i * 16);
+        prefetch_l2(m.scales + 2 * i);
+    }
     static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int) { return load_x_block(x, t, it); }
     __device__ __forceinline__ float dot(const X& x, int) const {
         const uint32_t lo[4] = {q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu};
@@ -98,6 +103,11 @@ struct Item<DType::Q8_0> {
         q0 = load_weight16(m.body + i * 32);
         q1 = load_weight16(m.body + i * 32 + 16);
         d = load_half_bits(m.scales + 2 * i);
+    }
+    static __device__ __forceinline__ void prefetch(const QuantMatrix& m, int64_t row, int64_t it) {
+        const int64_t i = row * m.blocks_per_row + it;
+        prefetch_l2(m.body + i * 32);
+        prefetch_l2(m.scales + 2 * i);
     }
     static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int) { return load_x_block(x, t, it); }
     __device__ __forceinline__ float dot(const X& x, int) const {
@@ -127,6 +137,11 @@ struct Item<DType::Q4_K> {
         head = __ldg(reinterpret_cast<const uint4*>(b));  // shared by the super-block's 4 lanes: via L1
         q0 = load_weight16(b + 16 + 32 * g);
         q1 = load_weight16(b + 32 + 32 * g);
+    }
+    static __device__ __forceinline__ void prefetch(const QuantMatrix& m, int64_t row, int64_t it) {
+        const uint8_t* b = m.body + (row * m.blocks_per_row + (it >> 2)) * 144;
+        prefetch_l2(b);
+        prefetch_l2(b + 16 + 32 * (it & 3));
     }
     static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int p) {
         return load_x_block(x, t, (it >> 2) * 8 + 2 * (it & 3) + p);
@@ -185,6 +200,14 @@ struct Item<DType::Q6_K> {
         qh = load_weight16(b + 128 + 32 * h + 16 * l16);
         sc = __ldg(reinterpret_cast<const uint4*>(b + 192));  // shared by the super-block's 4 lanes
         d = load_half_bits(m.scales + 2 * i);
+    }
+    static __device__ __forceinline__ void prefetch(const QuantMatrix& m, int64_t row, int64_t it) {
+        const int64_t i = row * m.blocks_per_row + (it >> 2);
+        const uint8_t* b = m.body + i * 208;
+        const int hh = static_cast<int>((it & 3) >> 1), ll = static_cast<int>(it & 1);
+        prefetch_l2(b + 64 * hh + 16 * ll);
+        prefetch_l2(b + 128 + 32 * hh + 16 * ll);
+        prefetch_l2(m.scales + 2 * i);
     }
     static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int k) {
         const int hh = static_cast<int>((it & 3) >> 1), ll = static_cast<int>(it & 1);
@@ -259,6 +282,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
             for (int t = 0; t < NT; ++t) acc[s][r][t] = 0.0f;
     const int64_t n_items = x.n_in / I::kValues;
+    // The weights do not depend on the previous kernel: the first item's lines go to L2 while it
+    // drains (programmatic dependent launch), then the wait.
+    pdl_trigger();
+    if (32 * part + lane < n_items)
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+#pragma unroll
+            for (int r = 0; r < R; ++r) I::prefetch(s ? w2 : w, rows[r], 32 * part + lane);
+    pdl_wait();
     constexpr int kUnroll = items_unrolled<T, NT, kPair>();
 #pragma unroll kUnroll
     for (int64_t it = 32 * part + lane; it < n_items; it += 32 * ks) {
@@ -388,6 +420,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     constexpr int R = 2;
     using I = FloatItem<WT>;
     constexpr int E = I::E;
+    pdl_begin();
     const int lane = threadIdx.x & 31;
     const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * R;
     if (row0 >= n_out) return;
@@ -447,6 +480,7 @@ __device__ __forceinline__ void write_qx_block(const QxView& q, int64_t b, int l
 
 // Reads x (n_blocks 32-value blocks, one warp each); writes q. Launch: grid ceil(n_blocks / 8), 256.
 __global__ void quantize_qx_kernel(const void* x, DType x_type, QxView q, int64_t n_blocks) {
+    pdl_begin();
     const int64_t b = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
     if (b >= n_blocks) return;
     const int lane = threadIdx.x & 31;
@@ -464,6 +498,7 @@ __device__ __forceinline__ float round_to(DType t, float v) {
 template <typename XT>
 __global__ void rms_norm_qx_kernel(const XT* x, const void* weight, DType weight_type, float eps, void* xn,
                                    DType xn_type, QxView q, int64_t width) {
+    pdl_begin();
     __shared__ float scratch[32];
     const int64_t base = blockIdx.x * width;
     const float scale = rms_scale(x, base, width, eps, scratch);
@@ -504,7 +539,7 @@ void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, 
     const unsigned grid = static_cast<unsigned>(ceil_div(n_out, kGemvWarps / ks * R));
     const QuantMatrix m = quant_matrix<T>(w.data, w.ne[0], w.ne[1]);
     const QuantMatrix m2 = w2 ? quant_matrix<T>(w2->data, w2->ne[0], w2->ne[1]) : m;
-    gemv_qx_kernel<T, NT, kPair><<<grid, kGemvWarps * 32, 0, stream>>>(m, m2, x, bias, out, out_type, n_out,
+    launch_pdl(gemv_qx_kernel<T, NT, kPair>, grid, kGemvWarps * 32, 0, stream, m, m2, x, bias, out, out_type, n_out,
                                                                        static_cast<int>(x.n_rows), accumulate, ks);
 }
 
@@ -553,7 +588,7 @@ void gemv_float_columns(const TensorView& w, const TensorView& x, const float* b
         const auto* xp = static_cast<const XT*>(x.data) + t0 * n_in;
         float* op = out + t0 * n_out;
 #define MVLLM_FLOAT_GEMV(NT) \
-    gemv_float_kernel<WT, XT, NT><<<grid, kGemvWarps * 32, 0, stream>>>(wp, xp, n_in, n_out, n, bias, op, accumulate)
+    launch_pdl(gemv_float_kernel<WT, XT, NT>, grid, kGemvWarps * 32, 0, stream, wp, xp, n_in, n_out, n, bias, op, accumulate)
         if (n == 1) MVLLM_FLOAT_GEMV(1);
         else if (n == 2) MVLLM_FLOAT_GEMV(2);
         else if (n <= 4) MVLLM_FLOAT_GEMV(4);
@@ -597,7 +632,7 @@ void launch_quantize_qx(const TensorView& x, const QxView& qx, cudaStream_t stre
     MVLLM_CHECK(x.ne[0] == qx.n_in && x.ne[1] == qx.n_rows && qx.n_in % 32 == 0) << "quantize_qx shape";
     const int64_t n_blocks = qx.n_in / 32 * qx.n_rows;
     if (n_blocks == 0) return;
-    quantize_qx_kernel<<<static_cast<unsigned>(ceil_div(n_blocks, 8)), 256, 0, stream>>>(x.data, x.type, qx, n_blocks);
+    launch_pdl(quantize_qx_kernel, static_cast<unsigned>(ceil_div(n_blocks, 8)), 256, 0, stream, x.data, x.type, qx, n_blocks);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
@@ -608,8 +643,8 @@ void launch_rms_norm_qx(const TensorView& x, const TensorView& weight, float eps
     if (x.ne[1] == 0) return;
     const unsigned grid = static_cast<unsigned>(x.ne[1]);
     switch (x.type) {
-        case DType::F32: rms_norm_qx_kernel<<<grid, kRmsThreads, 0, stream>>>(static_cast<const float*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
-        case DType::F16: rms_norm_qx_kernel<<<grid, kRmsThreads, 0, stream>>>(static_cast<const __half*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
+        case DType::F32: launch_pdl(rms_norm_qx_kernel<float>, grid, kRmsThreads, 0, stream, static_cast<const float*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
+        case DType::F16: launch_pdl(rms_norm_qx_kernel<__half>, grid, kRmsThreads, 0, stream, static_cast<const __half*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
         default: MVLLM_CHECK(false) << "rms_norm_qx input " << type_name(x.type);
     }
     MVLLM_CUDA_LAUNCH_CHECK();

@@ -199,8 +199,27 @@ void CudaBackend::end_step() {
         cudaGraphDestroy(graph);
         g.resources = im.resources();
     }
+    Impl::GraphTiming& t = im.graph_timing;
+    if (t.enabled) {
+        im.collect_graph_time();
+        MVLLM_CUDA_OK(cudaEventRecord(t.start, im.stream));
+    }
     MVLLM_CUDA_OK(cudaGraphLaunch(g.exec, im.stream));
+    if (t.enabled) {
+        MVLLM_CUDA_OK(cudaEventRecord(t.stop, im.stream));
+        t.pending = true;
+    }
     im.mode = StepMode::Eager;
+}
+
+void CudaBackend::Impl::collect_graph_time() {
+    if (!graph_timing.pending) return;
+    float ms = 0;
+    MVLLM_CUDA_OK(cudaEventSynchronize(graph_timing.stop));
+    MVLLM_CUDA_OK(cudaEventElapsedTime(&ms, graph_timing.start, graph_timing.stop));
+    graph_timing.total_ms += ms;
+    ++graph_timing.n;
+    graph_timing.pending = false;
 }
 
 void CudaBackend::Impl::evict_graphs(size_t keep) {

@@ -21,6 +21,7 @@ template <typename WT, typename XT, int NT>
 __global__ void __launch_bounds__(128) gemv_float_scalar_kernel(const WT* w, const XT* x, const float* bias,
                                                                 float* out, int64_t n_in, int64_t n_out,
                                                                 int n_tokens, int accumulate) {
+    pdl_begin();
     const int lane = threadIdx.x & 31;
     const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
     if (row >= n_out) return;
@@ -45,6 +46,7 @@ __global__ void __launch_bounds__(128) gemv_float_scalar_kernel(const WT* w, con
 // grid-stride over all chunks of the matrix.
 template <DType T, typename OT>
 __global__ void dequantize_kernel(QuantMatrix w, OT* out, int64_t n_in, int64_t n_rows) {
+    pdl_begin();
     const int64_t chunks_per_row = n_in / kChunk;
     const int64_t total = chunks_per_row * n_rows;
     for (int64_t g = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; g < total;
@@ -65,9 +67,9 @@ void gemv_float_scalar(const TensorView& w, const XT* x, const float* bias, floa
     const unsigned grid = static_cast<unsigned>(ceil_div(n_out, kGemvWarps));
     MVLLM_CHECK(n_tokens <= 8) << "fallback GEMV columns";
     switch (w.type) {
-        case DType::F32: gemv_float_scalar_kernel<float, XT, 8><<<grid, 128, 0, stream>>>(static_cast<const float*>(w.data), x, bias, out, n_in, n_out, n_tokens, accumulate); break;
-        case DType::F16: gemv_float_scalar_kernel<__half, XT, 8><<<grid, 128, 0, stream>>>(static_cast<const __half*>(w.data), x, bias, out, n_in, n_out, n_tokens, accumulate); break;
-        case DType::BF16: gemv_float_scalar_kernel<__nv_bfloat16, XT, 8><<<grid, 128, 0, stream>>>(static_cast<const __nv_bfloat16*>(w.data), x, bias, out, n_in, n_out, n_tokens, accumulate); break;
+        case DType::F32: launch_pdl(gemv_float_scalar_kernel<float, XT, 8>, grid, 128, 0, stream, static_cast<const float*>(w.data), x, bias, out, n_in, n_out, n_tokens, accumulate); break;
+        case DType::F16: launch_pdl(gemv_float_scalar_kernel<__half, XT, 8>, grid, 128, 0, stream, static_cast<const __half*>(w.data), x, bias, out, n_in, n_out, n_tokens, accumulate); break;
+        case DType::BF16: launch_pdl(gemv_float_scalar_kernel<__nv_bfloat16, XT, 8>, grid, 128, 0, stream, static_cast<const __nv_bfloat16*>(w.data), x, bias, out, n_in, n_out, n_tokens, accumulate); break;
         default: MVLLM_CHECK(false) << "matmul: weight type " << type_name(w.type);
     }
 }
@@ -145,10 +147,10 @@ void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t 
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(ceil_div(chunks, 256), 8192));
 #define MVLLM_DEQ(T)                                                                                      \
     if (out.type == DType::F16)                                                                           \
-        dequantize_kernel<T, __half><<<grid, 256, 0, stream>>>(quant_matrix<T>(w.data, n_in, n_rows),     \
+        launch_pdl(dequantize_kernel<T, __half>, grid, 256, 0, stream, quant_matrix<T>(w.data, n_in, n_rows),     \
                                                               static_cast<__half*>(out.data), n_in, n_rows); \
     else                                                                                                  \
-        dequantize_kernel<T, float><<<grid, 256, 0, stream>>>(quant_matrix<T>(w.data, n_in, n_rows),      \
+        launch_pdl(dequantize_kernel<T, float>, grid, 256, 0, stream, quant_matrix<T>(w.data, n_in, n_rows),      \
                                                              static_cast<float*>(out.data), n_in, n_rows);
     switch (w.type) {
         case DType::Q8_0: MVLLM_DEQ(DType::Q8_0) break;

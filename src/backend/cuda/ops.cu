@@ -1,5 +1,8 @@
 #include "backend/cuda/ops.cuh"
 
+#include <cstdlib>
+#include <string>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dequant.cuh"
 
@@ -12,6 +15,7 @@ bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == 
 // Launch: grid (ceil(chunks / 128), n_rows), 128 threads.
 template <DType T>
 __global__ void embed_quant_kernel(QuantMatrix table, const int32_t* ids, void* out, DType out_type, int64_t width) {
+    pdl_begin();
     const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (c * kChunk >= width) return;
     const int64_t row = blockIdx.y;
@@ -24,6 +28,7 @@ __global__ void embed_quant_kernel(QuantMatrix table, const int32_t* ids, void* 
 // Reads: table rows ids[row] (F32/F16/BF16). Writes: out row. Grid (ceil(width / 256), n_rows).
 __global__ void embed_float_kernel(const void* table, DType table_type, const int32_t* ids, void* out,
                                    DType out_type, int64_t width) {
+    pdl_begin();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= width) return;
     const int64_t row = blockIdx.y;
@@ -34,6 +39,7 @@ __global__ void embed_float_kernel(const void* table, DType table_type, const in
 template <typename XT, typename OT>
 __global__ void rms_norm_kernel(const XT* x, const void* weight, DType weight_type, float eps, OT* out,
                                 int64_t width) {
+    pdl_begin();
     __shared__ float scratch[32];
     const int64_t base = blockIdx.x * width;
     const float scale = rms_scale(x, base, width, eps, scratch);
@@ -45,6 +51,7 @@ __global__ void rms_norm_kernel(const XT* x, const void* weight, DType weight_ty
 // Grid (ceil(half / 64), n_rows), 64 threads.
 __global__ void rope_kernel(float* x, int32_t n_heads, int32_t head_dim, int64_t width,
                             const int32_t* positions, const float* inv_freq) {
+    pdl_begin();
     const int32_t half = head_dim / 2;
     const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= half) return;
@@ -65,6 +72,7 @@ __global__ void rope_kernel(float* x, int32_t n_heads, int32_t head_dim, int64_t
 // Reads gate, up; writes out. Grid-stride, 256 threads.
 __global__ void silu_mul_kernel(const void* gate, DType gt, const void* up, DType ut, void* out, DType ot,
                                 int64_t n) {
+    pdl_begin();
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const float g = load_any(gate, gt, i);
@@ -72,8 +80,22 @@ __global__ void silu_mul_kernel(const void* gate, DType gt, const void* up, DTyp
     }
 }
 
+// Reads gu [n_rows][2 * n_ff] f32 (gate columns, then up columns); writes out [n_rows][n_ff]
+// = silu(gate) * up, as silu_mul_kernel. Grid-stride over out, 256 threads.
+template <typename OT>
+__global__ void silu_mul_stacked_kernel(const float* gu, int64_t n_ff, OT* out, int64_t n) {
+    pdl_begin();
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t r = i / n_ff, j = i - r * n_ff;
+        const float g = gu[r * 2 * n_ff + j];
+        store_f(out, i, g / (1.0f + expf(-g)) * gu[r * 2 * n_ff + n_ff + j]);
+    }
+}
+
 // acc[i] += x[i]. Grid-stride, 256 threads.
 __global__ void add_kernel(float* acc, const void* x, DType xt, int64_t n) {
+    pdl_begin();
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x)
         acc[i] += load_any(x, xt, i);
@@ -81,12 +103,14 @@ __global__ void add_kernel(float* acc, const void* x, DType xt, int64_t n) {
 
 // x[r][i] += bias[i]. Grid (ceil(width / 256), n_rows).
 __global__ void add_bias_kernel(float* x, const void* bias, DType bt, int64_t width) {
+    pdl_begin();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i < width) x[blockIdx.y * width + i] += load_any(bias, bt, i);
 }
 
 // out row j = x row rows[j] (bytes). Grid (ceil(row_bytes / 4 / 256), n_out_rows).
 __global__ void gather_rows_kernel(const uint8_t* x, const int32_t* rows, uint8_t* out, size_t row_bytes) {
+    pdl_begin();
     const size_t i = (blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x) * 4;
     if (i >= row_bytes) return;
     const uint8_t* src = x + static_cast<size_t>(rows[blockIdx.y]) * row_bytes;
@@ -100,6 +124,7 @@ __global__ void gather_rows_kernel(const uint8_t* x, const int32_t* rows, uint8_
 
 // dst[i] = src[i] converted. Grid-stride.
 __global__ void convert_kernel(const void* src, DType st, void* dst, DType dt, int64_t n) {
+    pdl_begin();
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x)
         store_any(dst, dt, i, load_any(src, st, i));
@@ -116,6 +141,7 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, uint32_t i) {
 // Reads row blockIdx.y of x, elements [blockIdx.x * 4096, +4096); merges its (max, first index)
 // into keys[row] (zeroed before). Grid (ceil(width / 4096), n_rows), 256 threads.
 __global__ void argmax_partial_kernel(const float* x, int64_t width, unsigned long long* keys) {
+    pdl_begin();
     __shared__ unsigned long long best[8];
     const float* r = x + blockIdx.y * width;
     const int64_t begin = static_cast<int64_t>(blockIdx.x) * 4096;
@@ -142,6 +168,7 @@ __device__ __forceinline__ void merge_max_sum(float& m, float& s, float m2, floa
 
 // out[blockIdx.x] = -log sum_i exp(x[row][i] - max) for row blockIdx.x. 1024 threads.
 __global__ void max_logprob_kernel(const float* x, int64_t width, float* out) {
+    pdl_begin();
     __shared__ float ms[32], ss[32];
     const float* r = x + blockIdx.x * width;
     float m = -INFINITY, s = 0.0f;
@@ -161,18 +188,21 @@ __global__ void max_logprob_kernel(const float* x, int64_t width, float* out) {
 
 // out[row] = the index packed in keys[row]. One thread per row.
 __global__ void argmax_finish_kernel(const unsigned long long* keys, int32_t* out, int64_t n_rows) {
+    pdl_begin();
     const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (r < n_rows) out[r] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(keys[r] & 0xFFFFFFFFu));
 }
 
-// Reads qkv row blockIdx.x ([q_dim | kv_dim | kv_dim] f32). Writes q (rotated) and the row's
-// cache slot: K (rotated) and V. Rotation as rope_kernel (half-split pairs, angle in double): the
+// Reads qkv row blockIdx.x ([q_dim | kv_dim | kv_dim] f32) and bias (the same width, or null: added
+// first, as a matmul with bias would). Writes q (rotated) and the row's cache slot: K (rotated) and V. Rotation as rope_kernel (half-split pairs, angle in double): the
 // row's head_dim / 2 (cos, sin) pairs are computed once into shared memory, then every head uses
 // them. Grid n_tokens, 256 threads; head_dim <= 2 * kMaxRopePairs.
 constexpr int kMaxRopePairs = 128;
-__global__ void rope_kv_store_kernel(const float* qkv, float* q, const int32_t* positions, const float* inv_freq,
+__global__ void rope_kv_store_kernel(const float* qkv, const float* bias, float* q, const int32_t* positions,
+                                     const float* inv_freq,
                                      const int64_t* slot_mapping, int32_t n_heads, int32_t n_kv_heads,
                                      int32_t head_dim, void* kc, void* vc, DType cache_type, int32_t block_size) {
+    pdl_begin();
     __shared__ float2 rot[kMaxRopePairs];
     const int32_t half = head_dim / 2;
     const int32_t q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
@@ -190,8 +220,9 @@ __global__ void rope_kv_store_kernel(const float* qkv, float* q, const int32_t* 
     for (int32_t idx = threadIdx.x; idx < (n_heads + n_kv_heads) * half; idx += blockDim.x) {
         const int32_t h = idx / half, i = idx % half;
         const float cs = rot[i].x, sn = rot[i].y;
-        const float* v = src + static_cast<int64_t>(h) * head_dim;
-        const float x0 = v[i], x1 = v[i + half];
+        const int64_t c = static_cast<int64_t>(h) * head_dim + i;
+        const float x0 = bias ? src[c] + bias[c] : src[c];
+        const float x1 = bias ? src[c + half] + bias[c + half] : src[c + half];
         const float r0 = x0 * cs - x1 * sn, r1 = x1 * cs + x0 * sn;
         if (h < n_heads) {
             float* dst = q + row * q_dim + static_cast<int64_t>(h) * head_dim;
@@ -207,7 +238,8 @@ __global__ void rope_kv_store_kernel(const float* qkv, float* q, const int32_t* 
     for (int32_t idx = threadIdx.x; idx < kv_dim; idx += blockDim.x) {
         const int32_t kh = idx / head_dim, d = idx % head_dim;
         const int64_t base = ((block * n_kv_heads + kh) * block_size + offset) * head_dim;
-        store_any(vc, cache_type, base + d, src[q_dim + kv_dim + idx]);
+        const int64_t c = q_dim + kv_dim + idx;
+        store_any(vc, cache_type, base + d, bias ? src[c] + bias[c] : src[c]);
     }
 }
 
@@ -216,6 +248,7 @@ __global__ void rope_kv_store_kernel(const float* qkv, float* q, const int32_t* 
 __global__ void kv_store_kernel(const int64_t* slot_mapping, const void* k, const void* v, DType in_type,
                                 void* kc, void* vc, DType cache_type, int32_t n_kv_heads, int32_t head_dim,
                                 int32_t block_size) {
+    pdl_begin();
     const int32_t width = n_kv_heads * head_dim;
     const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= width) return;
@@ -236,9 +269,9 @@ void rms_norm_dispatch_out(const TensorView& x, const TensorView& weight, float 
     const dim3 grid(static_cast<unsigned>(x.ne[1]));
     const XT* xp = static_cast<const XT*>(x.data);
     switch (out.type) {
-        case DType::F32: rms_norm_kernel<<<grid, kRmsThreads, 0, stream>>>(xp, weight.data, weight.type, eps, static_cast<float*>(out.data), x.ne[0]); break;
-        case DType::F16: rms_norm_kernel<<<grid, kRmsThreads, 0, stream>>>(xp, weight.data, weight.type, eps, static_cast<__half*>(out.data), x.ne[0]); break;
-        case DType::BF16: rms_norm_kernel<<<grid, kRmsThreads, 0, stream>>>(xp, weight.data, weight.type, eps, static_cast<__nv_bfloat16*>(out.data), x.ne[0]); break;
+        case DType::F32: launch_pdl(rms_norm_kernel<XT, float>, grid, kRmsThreads, 0, stream, xp, weight.data, weight.type, eps, static_cast<float*>(out.data), x.ne[0]); break;
+        case DType::F16: launch_pdl(rms_norm_kernel<XT, __half>, grid, kRmsThreads, 0, stream, xp, weight.data, weight.type, eps, static_cast<__half*>(out.data), x.ne[0]); break;
+        case DType::BF16: launch_pdl(rms_norm_kernel<XT, __nv_bfloat16>, grid, kRmsThreads, 0, stream, xp, weight.data, weight.type, eps, static_cast<__nv_bfloat16*>(out.data), x.ne[0]); break;
         default: MVLLM_CHECK(false) << "rms_norm output " << type_name(out.type);
     }
 }
@@ -252,12 +285,12 @@ void launch_embed(const TensorView& table, const int32_t* ids, const TensorView&
     MVLLM_CHECK(is_float_type(out.type) && out.ne[0] == width) << "embed output";
     if (is_float_type(table.type)) {
         const dim3 grid(static_cast<unsigned>(ceil_div(width, 256)), static_cast<unsigned>(n_rows));
-        embed_float_kernel<<<grid, 256, 0, stream>>>(table.data, table.type, ids, out.data, out.type, width);
+        launch_pdl(embed_float_kernel, grid, 256, 0, stream, table.data, table.type, ids, out.data, out.type, width);
     } else {
         const dim3 grid(static_cast<unsigned>(ceil_div(width / kChunk, 128)), static_cast<unsigned>(n_rows));
         const int64_t n_vocab = table.n_rows();
 #define MVLLM_EMBED(T)                                                                                   \
-    embed_quant_kernel<T><<<grid, 128, 0, stream>>>(quant_matrix<T>(table.data, width, n_vocab), ids, out.data, \
+    launch_pdl(embed_quant_kernel<T>, grid, 128, 0, stream, quant_matrix<T>(table.data, width, n_vocab), ids, out.data, \
                                                     out.type, width)
         switch (table.type) {
             case DType::Q8_0: MVLLM_EMBED(DType::Q8_0); break;
@@ -289,15 +322,30 @@ void launch_rope(const TensorView& x, int32_t n_heads, int32_t head_dim, const i
     MVLLM_CHECK(x.type == DType::F32 && x.ne[0] == static_cast<int64_t>(n_heads) * head_dim) << "rope input";
     if (x.ne[1] == 0) return;
     const dim3 grid(static_cast<unsigned>(ceil_div(head_dim / 2, 64)), static_cast<unsigned>(x.ne[1]));
-    rope_kernel<<<grid, 64, 0, stream>>>(static_cast<float*>(x.data), n_heads, head_dim, x.ne[0], positions, inv_freq);
+    launch_pdl(rope_kernel, grid, 64, 0, stream, static_cast<float*>(x.data), n_heads, head_dim, x.ne[0], positions, inv_freq);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
 void launch_silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out, cudaStream_t stream) {
     const int64_t n = gate.n_elements();
     if (n == 0) return;
-    silu_mul_kernel<<<grid_stride_blocks(n), 256, 0, stream>>>(gate.data, gate.type, up.data, up.type, out.data,
+    launch_pdl(silu_mul_kernel, grid_stride_blocks(n), 256, 0, stream, gate.data, gate.type, up.data, up.type, out.data,
                                                                out.type, n);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_silu_mul_stacked(const TensorView& gate_up, const TensorView& out, cudaStream_t stream) {
+    const int64_t n_ff = out.ne[0], n = out.n_elements();
+    MVLLM_CHECK(gate_up.type == DType::F32 && gate_up.ne[0] == 2 * n_ff && gate_up.ne[1] == out.ne[1])
+        << "silu_mul_stacked shapes";
+    if (n == 0) return;
+    const float* gu = static_cast<const float*>(gate_up.data);
+    switch (out.type) {
+        case DType::F32: launch_pdl(silu_mul_stacked_kernel<float>, grid_stride_blocks(n), 256, 0, stream, gu, n_ff, static_cast<float*>(out.data), n); break;
+        case DType::F16: launch_pdl(silu_mul_stacked_kernel<__half>, grid_stride_blocks(n), 256, 0, stream, gu, n_ff, static_cast<__half*>(out.data), n); break;
+        case DType::BF16: launch_pdl(silu_mul_stacked_kernel<__nv_bfloat16>, grid_stride_blocks(n), 256, 0, stream, gu, n_ff, static_cast<__nv_bfloat16*>(out.data), n); break;
+        default: MVLLM_CHECK(false) << "silu_mul_stacked output " << type_name(out.type);
+    }
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
@@ -305,7 +353,7 @@ void launch_add(const TensorView& acc, const TensorView& x, cudaStream_t stream)
     MVLLM_CHECK(acc.type == DType::F32 && acc.n_elements() == x.n_elements()) << "add";
     const int64_t n = acc.n_elements();
     if (n == 0) return;
-    add_kernel<<<grid_stride_blocks(n), 256, 0, stream>>>(static_cast<float*>(acc.data), x.data, x.type, n);
+    launch_pdl(add_kernel, grid_stride_blocks(n), 256, 0, stream, static_cast<float*>(acc.data), x.data, x.type, n);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
@@ -313,7 +361,7 @@ void launch_add_bias(const TensorView& x, const TensorView& bias, cudaStream_t s
     MVLLM_CHECK(x.type == DType::F32 && bias.ne[0] == x.ne[0]) << "add_bias";
     if (x.ne[1] == 0) return;
     const dim3 grid(static_cast<unsigned>(ceil_div(x.ne[0], 256)), static_cast<unsigned>(x.ne[1]));
-    add_bias_kernel<<<grid, 256, 0, stream>>>(static_cast<float*>(x.data), bias.data, bias.type, x.ne[0]);
+    launch_pdl(add_bias_kernel, grid, 256, 0, stream, static_cast<float*>(x.data), bias.data, bias.type, x.ne[0]);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
@@ -323,7 +371,7 @@ void launch_gather_rows(const TensorView& x, const int32_t* rows, const TensorVi
     const size_t rb = x.row_bytes();
     const dim3 grid(static_cast<unsigned>(ceil_div(static_cast<int64_t>(ceil_div(rb, 4)), 256)),
                     static_cast<unsigned>(out.ne[1]));
-    gather_rows_kernel<<<grid, 256, 0, stream>>>(static_cast<const uint8_t*>(x.data), rows,
+    launch_pdl(gather_rows_kernel, grid, 256, 0, stream, static_cast<const uint8_t*>(x.data), rows,
                                                  static_cast<uint8_t*>(out.data), rb);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
@@ -333,7 +381,7 @@ void launch_convert(const TensorView& src, const TensorView& dst, cudaStream_t s
         << "convert " << type_name(src.type) << " -> " << type_name(dst.type);
     const int64_t n = src.n_elements();
     if (n == 0) return;
-    convert_kernel<<<grid_stride_blocks(n), 256, 0, stream>>>(src.data, src.type, dst.data, dst.type, n);
+    launch_pdl(convert_kernel, grid_stride_blocks(n), 256, 0, stream, src.data, src.type, dst.data, dst.type, n);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
@@ -343,31 +391,33 @@ void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, 
     if (n_rows == 0) return;
     MVLLM_CUDA_CHECK(cudaMemsetAsync(keys, 0, static_cast<size_t>(n_rows) * sizeof(unsigned long long), stream));
     const dim3 grid(static_cast<unsigned>(ceil_div(x.ne[0], 4096)), static_cast<unsigned>(n_rows));
-    argmax_partial_kernel<<<grid, 256, 0, stream>>>(static_cast<const float*>(x.data), x.ne[0], keys);
+    launch_pdl(argmax_partial_kernel, grid, 256, 0, stream, static_cast<const float*>(x.data), x.ne[0], keys);
     MVLLM_CUDA_LAUNCH_CHECK();
-    argmax_finish_kernel<<<static_cast<unsigned>(ceil_div(n_rows, 128)), 128, 0, stream>>>(keys, out, n_rows);
+    launch_pdl(argmax_finish_kernel, static_cast<unsigned>(ceil_div(n_rows, 128)), 128, 0, stream, keys, out, n_rows);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
 void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream) {
     MVLLM_CHECK(x.type == DType::F32) << "max_logprob input " << type_name(x.type);
     if (x.ne[1] == 0) return;
-    max_logprob_kernel<<<static_cast<unsigned>(x.ne[1]), 1024, 0, stream>>>(static_cast<const float*>(x.data), x.ne[0], out);
+    launch_pdl(max_logprob_kernel, static_cast<unsigned>(x.ne[1]), 1024, 0, stream, static_cast<const float*>(x.data), x.ne[0], out);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
-void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& qkv, int32_t n_heads,
-                          const float* inv_freq, const TensorView& q, cudaStream_t stream) {
+void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& qkv,
+                          const TensorView& bias, int32_t n_heads, const float* inv_freq, const TensorView& q,
+                          cudaStream_t stream) {
     const int64_t q_dim = static_cast<int64_t>(n_heads) * kv.head_dim, kv_dim = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
     MVLLM_CHECK(qkv.type == DType::F32 && q.type == DType::F32 && qkv.ne[0] == q_dim + 2 * kv_dim && q.ne[0] == q_dim &&
                 qkv.ne[1] == batch.n_tokens)
         << "rope_kv_store shapes";
+    MVLLM_CHECK(!bias.data || (bias.type == DType::F32 && bias.ne[0] == qkv.ne[0])) << "rope_kv_store bias";
     if (batch.n_tokens == 0) return;
     MVLLM_CHECK(kv.head_dim <= 2 * kMaxRopePairs) << "rope_kv_store head_dim " << kv.head_dim;
-    rope_kv_store_kernel<<<static_cast<unsigned>(batch.n_tokens), 256, 0, stream>>>(
-        static_cast<const float*>(qkv.data), static_cast<float*>(q.data), batch.positions, inv_freq,
-        batch.slot_mapping, n_heads, kv.n_kv_heads, kv.head_dim, kv.k, kv.v, static_cast<DType>(kv.dtype),
-        kv.block_size);
+    launch_pdl(rope_kv_store_kernel, static_cast<unsigned>(batch.n_tokens), 256, 0, stream,
+               static_cast<const float*>(qkv.data), static_cast<const float*>(bias.data), static_cast<float*>(q.data), batch.positions, inv_freq,
+               batch.slot_mapping, n_heads, kv.n_kv_heads, kv.head_dim, kv.k, kv.v, static_cast<DType>(kv.dtype),
+               kv.block_size);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
@@ -377,10 +427,18 @@ void launch_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const Te
     MVLLM_CHECK(k.ne[0] == static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim) << "kv_store width";
     if (batch.n_tokens == 0) return;
     const dim3 grid(static_cast<unsigned>(ceil_div(k.ne[0], 256)), static_cast<unsigned>(batch.n_tokens));
-    kv_store_kernel<<<grid, 256, 0, stream>>>(batch.slot_mapping, k.data, v.data, k.type, kv.k, kv.v,
+    launch_pdl(kv_store_kernel, grid, 256, 0, stream, batch.slot_mapping, k.data, v.data, k.type, kv.k, kv.v,
                                               static_cast<DType>(kv.dtype), kv.n_kv_heads, kv.head_dim,
                                               kv.block_size);
     MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+bool pdl_enabled() {
+    static const bool on = [] {
+        const char* e = std::getenv("MVLLM_CUDA_PDL");
+        return !(e && std::string(e) == "0");
+    }();
+    return on;
 }
 
 }  // namespace mvllm::cuda

@@ -20,6 +20,8 @@ void launch_rope(const TensorView& x, int32_t n_heads, int32_t head_dim, const i
                  const float* inv_freq, cudaStream_t stream);
 // out = silu(gate) * up.
 void launch_silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out, cudaStream_t stream);
+// out [n_rows][n_ff] = silu(gate) * up from gate_up [n_rows][2 n_ff] f32 (one GEMM of stacked weights).
+void launch_silu_mul_stacked(const TensorView& gate_up, const TensorView& out, cudaStream_t stream);
 // acc += x (acc F32).
 void launch_add(const TensorView& acc, const TensorView& x, cudaStream_t stream);
 // x[r][i] += bias[i] (x F32).
@@ -34,10 +36,12 @@ void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, 
 // out[r] = the log-softmax of row r's maximum, -log sum_i exp(x[r][i] - max_r) (F32 x). One CTA
 // per row, one pass (running maximum and rescaled sum per thread, merged at the end).
 void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream);
-// From qkv [n_tokens][q_dim | kv_dim | kv_dim] f32: q = RoPE(q part) (q: [n_tokens][q_dim] f32);
-// RoPE(k part) and the v part written to the tokens' cache slots. inv_freq [head_dim / 2] f32.
-void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& qkv, int32_t n_heads,
-                          const float* inv_freq, const TensorView& q, cudaStream_t stream);
+// From qkv [n_tokens][q_dim | kv_dim | kv_dim] f32 plus bias (f32 [q_dim + 2 kv_dim], or none):
+// q = RoPE(q part) (q: [n_tokens][q_dim] f32); RoPE(k part) and the v part written to the tokens'
+// cache slots. inv_freq [head_dim / 2] f32.
+void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& qkv,
+                          const TensorView& bias, int32_t n_heads, const float* inv_freq, const TensorView& q,
+                          cudaStream_t stream);
 // Writes K and V rows ([n_tokens][n_kv_heads * head_dim], F32/F16/BF16) into the cache slots.
 void launch_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& k,
                      const TensorView& v, cudaStream_t stream);
