@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One call on the GPU machine, in stages (STAGES="build test kernels gemm gemmncu serve decode throughput profile"
+# One call on the GPU machine, in stages (STAGES="build test kernels gemm gemmncu serve attention decode throughput profile"
 # by default; any subset, in this order). Builds in build-gpu/ (kept between calls on a warm
 # machine), prints the lines that matter, and packs logs and JSON results into $OUT/run.tgz.
 # Dependencies: scripts/device_deps.sh (carry .devdeps). Usage (repo root):
@@ -73,6 +73,13 @@ fi
 variants() { echo base ${AB_ENV:-}; }
 with_env() { local e=$1; shift; if [ "$e" = base ]; then "$@"; else env "$e" "$@"; fi; }
 suffix() { [ "$1" = base ] && echo "" || echo _ab; }
+if has attention; then  # B1 (issue 4): the fused kernel at 4K and 32K (--quick), or every row (ATTN_FULL=1)
+  for e in $(variants); do
+    x=$(suffix $e)
+    with_env $e timeout 200 $B bench attention $([ -n "${ATTN_FULL:-}" ] || echo --quick) --json-out "$LOG/attn$x.json" > "$LOG/attn$x.log" 2>&1
+    echo "== bench attention [$e] rc=$?"; grep -E "^\|" "$LOG/attn$x.log" | head -40
+  done
+fi
 if has decode; then
   for p in qwen2.5-0.5b qwen2.5-7b; do
     f=$(model $p q4_0)

@@ -39,8 +39,13 @@ CudaBackend::Impl::~Impl() {
     if (stream) cudaStreamSynchronize(stream);
     if (graph_timing.enabled) {
         collect_graph_time();
-        std::fprintf(stderr, "cuda: %lld graph launches, %.1f us of device time each (start to end of the graph)\n",
-                     static_cast<long long>(graph_timing.n), graph_timing.n ? 1e3 * graph_timing.total_ms / graph_timing.n : 0.0);
+        const GraphTiming& t = graph_timing;
+        std::fprintf(stderr,
+                     "cuda: %lld graph launches, %.1f us of device time each (start to end of the graph); host: "
+                     "%.1f us from a graph launch to its argmax on the host, %.1f us from there to the next launch\n",
+                     static_cast<long long>(t.n), t.n ? 1e3 * t.total_ms / t.n : 0.0,
+                     t.n_launch_to_result ? 1e6 * t.launch_to_result_s / t.n_launch_to_result : 0.0,
+                     t.n_between ? 1e6 * t.host_between_s / t.n_between : 0.0);
         cudaEventDestroy(graph_timing.start);
         cudaEventDestroy(graph_timing.stop);
     }
@@ -483,6 +488,13 @@ void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob)
             cudaMemcpyAsync(logprob, im.argmax_logprob, rows * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
     }
     MVLLM_CUDA_OK(cudaStreamSynchronize(im.stream));
+    Impl::GraphTiming& t = im.graph_timing;
+    if (t.enabled && t.launched != std::chrono::steady_clock::time_point{}) {
+        t.synced = std::chrono::steady_clock::now();
+        t.launch_to_result_s += std::chrono::duration<double>(t.synced - t.launched).count();
+        ++t.n_launch_to_result;
+        t.launched = {};
+    }
 }
 
 void CudaBackend::synchronize() { MVLLM_CUDA_OK(cudaStreamSynchronize(impl_->stream)); }

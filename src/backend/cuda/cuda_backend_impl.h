@@ -5,6 +5,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <tuple>
@@ -114,13 +115,18 @@ struct CudaBackend::Impl {
     uint64_t step_counter = 0;
     std::map<StepKey, int> seen;
     // MVLLM_CUDA_STEP_TIMING=1: the device time of every recorded step, from its graph's start to
-    // its end (gaps between the step's kernels included, the host's time between steps not),
-    // reported on stderr at exit; against the wall time of a step it says where a step's time goes.
+    // its end (gaps between the step's kernels included, the host's time between steps not), and
+    // on the host the time from a step's argmax result to the next graph launch (the engine's own
+    // work, while the device idles) and from a graph launch to its argmax result; reported on
+    // stderr at exit. Against the wall time of a step they say where a step's time goes.
     struct GraphTiming {
         bool enabled = false, pending = false;
         cudaEvent_t start = nullptr, stop = nullptr;
         double total_ms = 0;
         int64_t n = 0;
+        std::chrono::steady_clock::time_point launched{}, synced{};
+        double host_between_s = 0, launch_to_result_s = 0;
+        int64_t n_between = 0, n_launch_to_result = 0;
     } graph_timing;
     void collect_graph_time();
 

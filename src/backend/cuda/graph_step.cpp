@@ -121,6 +121,7 @@ void CudaBackend::begin(const Batch& b) {
     im.arena_next = 0;
     im.qx_source = nullptr;
     im.mode = StepMode::Eager;
+    im.graph_timing.synced = {};  // an eager step: not counted as host time between graph steps
 }
 
 bool CudaBackend::begin_step(const Batch& b, uint64_t program, KvCache& cache) {
@@ -202,6 +203,11 @@ void CudaBackend::end_step() {
     Impl::GraphTiming& t = im.graph_timing;
     if (t.enabled) {
         im.collect_graph_time();
+        t.launched = std::chrono::steady_clock::now();
+        if (t.synced != std::chrono::steady_clock::time_point{}) {
+            t.host_between_s += std::chrono::duration<double>(t.launched - t.synced).count();
+            ++t.n_between;
+        }
         MVLLM_CUDA_OK(cudaEventRecord(t.start, im.stream));
     }
     MVLLM_CUDA_OK(cudaGraphLaunch(g.exec, im.stream));
