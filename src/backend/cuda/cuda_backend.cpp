@@ -161,6 +161,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     MVLLM_CUDA_OK(cudaMalloc(&impl->cublas_workspace, Impl::kCublasWorkspaceBytes));
     if (cublasSetWorkspace(impl->cublas, impl->cublas_workspace, Impl::kCublasWorkspaceBytes) != CUBLAS_STATUS_SUCCESS)
         return make_error("cuBLAS rejected its workspace");
+    impl->gemm_tuner = std::make_unique<cuda::GemmTuner>(impl->cublas_workspace, Impl::kCublasWorkspaceBytes);
+    impl->matmul_scratch.tuner = impl->gemm_tuner.get();
     return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
 }
 

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -101,6 +102,7 @@ struct CudaBackend::Impl {
     size_t argmax_capacity = 0;
 
     cuda::MatmulScratch matmul_scratch;
+    std::unique_ptr<cuda::GemmTuner> gemm_tuner;  // matmul_scratch.tuner
     cuda::AttentionScratch attention_scratch;
     // The activation whose QX (gemv.cuh) matmul_scratch.qx holds, or nullptr.
     const void* qx_source = nullptr;

@@ -248,6 +248,11 @@ void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, 
         launch_convert(x, xd, stream);
         xp = scratch.input;
     }
+    if (op_type == DType::F16 && scratch.tuner &&
+        scratch.tuner->gemm(wp, xp, o, n_out, n_in, n_tokens, accumulate, stream)) {
+        if (bias_p) launch_add_bias(out, bias, stream);
+        return;
+    }
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     const cublasStatus_t st =
         cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out), static_cast<int>(n_tokens),

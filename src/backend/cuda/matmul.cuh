@@ -15,6 +15,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "backend/cuda/gemm_tuned.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "core/tensor.h"
 
@@ -45,6 +46,7 @@ struct MatmulScratch {
     size_t qx_bytes = 0;
     void* partial = nullptr;  // split-K partial tiles of the quantised GEMM (gemm_tiles.cuh)
     size_t partial_bytes = 0;
+    GemmTuner* tuner = nullptr;  // the F16 GEMMs through cuBLASLt (gemm_tuned.cuh); null: cublasGemmEx
     ~MatmulScratch();
 };
 

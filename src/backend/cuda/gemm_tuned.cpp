@@ -1,0 +1,177 @@
+#include "backend/cuda/gemm_tuned.cuh"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace mvllm::cuda {
+namespace {
+
+#define MVLLM_LT_OK(expr)                                                                          \
+    do {                                                                                           \
+        const cublasStatus_t mvllm_st_ = (expr);                                                   \
+        MVLLM_CHECK(mvllm_st_ == CUBLAS_STATUS_SUCCESS) << #expr << ": cuBLAS status " << static_cast<int>(mvllm_st_); \
+    } while (0)
+#define MVLLM_RT_OK(expr)                                                                          \
+    do {                                                                                           \
+        const cudaError_t mvllm_err_ = (expr);                                                     \
+        MVLLM_CHECK(mvllm_err_ == cudaSuccess) << #expr << ": " << cudaGetErrorString(mvllm_err_); \
+    } while (0)
+
+bool tuning_enabled() {
+    static const bool on = [] {
+        const char* e = std::getenv("MVLLM_GEMM_TUNE");
+        return !(e && std::string(e) == "0");
+    }();
+    return on;
+}
+
+// A tuned candidate must beat the heuristic's first choice by this much (timings of one
+// process differ by a few per cent; a near tie keeps cuBLAS's own pick, so runs agree).
+constexpr float kMinGain = 0.97f;
+constexpr int kCandidates = 8;
+constexpr int kReps = 3;
+
+}  // namespace
+
+struct GemmTuner::Impl {
+    using Key = std::tuple<int64_t, int64_t, int64_t, bool>;  // n_out, n_in, n_tokens, accumulate
+    struct Plan {
+        cublasLtMatmulDesc_t op = nullptr;
+        cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+        cublasLtMatmulAlgo_t algo{};
+        bool tuned = false;
+    };
+    cublasLtHandle_t lt = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    void* workspace = nullptr;
+    size_t workspace_bytes = 0;
+    std::map<Key, Plan> plans;
+    float* scratch = nullptr;  // timing output
+    size_t scratch_bytes = 0;
+    cudaEvent_t t0 = nullptr, t1 = nullptr;
+
+    ~Impl() {
+        for (auto& [key, p] : plans) {
+            cublasLtMatrixLayoutDestroy(p.a);
+            cublasLtMatrixLayoutDestroy(p.b);
+            cublasLtMatrixLayoutDestroy(p.c);
+            cublasLtMatmulDescDestroy(p.op);
+        }
+        if (pref) cublasLtMatmulPreferenceDestroy(pref);
+        if (lt) cublasLtDestroy(lt);
+        if (scratch) cudaFree(scratch);
+        if (t0) cudaEventDestroy(t0);
+        if (t1) cudaEventDestroy(t1);
+    }
+
+    cublasStatus_t run(const Plan& p, const cublasLtMatmulAlgo_t& algo, const void* w, const void* x, float* out,
+                       bool accumulate, cudaStream_t stream) const {
+        const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+        return cublasLtMatmul(lt, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &algo, workspace,
+                              workspace_bytes, stream);
+    }
+
+    // Median-free timing: the best of kReps runs (after one warm-up), in ms; infinity on failure.
+    float time(const Plan& p, const cublasLtMatmulAlgo_t& algo, const void* w, const void* x, bool accumulate,
+               cudaStream_t stream) {
+        if (run(p, algo, w, x, scratch, accumulate, stream) != CUBLAS_STATUS_SUCCESS) return INFINITY;
+        float best = INFINITY;
+        for (int r = 0; r < kReps; ++r) {
+            MVLLM_RT_OK(cudaEventRecord(t0, stream));
+            if (run(p, algo, w, x, scratch, accumulate, stream) != CUBLAS_STATUS_SUCCESS) return INFINITY;
+            MVLLM_RT_OK(cudaEventRecord(t1, stream));
+            MVLLM_RT_OK(cudaEventSynchronize(t1));
+            float ms = 0;
+            MVLLM_RT_OK(cudaEventElapsedTime(&ms, t0, t1));
+            best = std::min(best, ms);
+        }
+        return best;
+    }
+};
+
+GemmTuner::GemmTuner(void* workspace, size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
+    MVLLM_LT_OK(cublasLtCreate(&impl_->lt));
+    MVLLM_LT_OK(cublasLtMatmulPreferenceCreate(&impl_->pref));
+    uint64_t ws = workspace_bytes;
+    MVLLM_LT_OK(cublasLtMatmulPreferenceSetAttribute(impl_->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                     sizeof(ws)));
+    impl_->workspace = workspace;
+    impl_->workspace_bytes = workspace_bytes;
+    MVLLM_RT_OK(cudaEventCreate(&impl_->t0));
+    MVLLM_RT_OK(cudaEventCreate(&impl_->t1));
+}
+
+GemmTuner::~GemmTuner() = default;
+
+bool GemmTuner::gemm(const void* w_f16, const void* x_f16, float* out, int64_t n_out, int64_t n_in,
+                     int64_t n_tokens, bool accumulate, cudaStream_t stream) {
+    Impl& im = *impl_;
+    const Impl::Key key{n_out, n_in, n_tokens, accumulate};
+    auto it = im.plans.find(key);
+    if (it == im.plans.end()) {
+        // Column-major views: A = W as [n_in x n_out] (op T), B = X as [n_in x n_tokens], C [n_out x n_tokens].
+        Impl::Plan p;
+        MVLLM_LT_OK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+        MVLLM_LT_OK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+        MVLLM_LT_OK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+        MVLLM_LT_OK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16F, n_in, n_out, n_in));
+        MVLLM_LT_OK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16F, n_in, n_tokens, n_in));
+        MVLLM_LT_OK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n_out, n_tokens, n_out));
+        cublasLtMatmulHeuristicResult_t first{};
+        int n_found = 0;
+        if (cublasLtMatmulAlgoGetHeuristic(im.lt, p.op, p.a, p.b, p.c, p.c, im.pref, 1, &first, &n_found) !=
+                CUBLAS_STATUS_SUCCESS ||
+            n_found == 0) {
+            cublasLtMatrixLayoutDestroy(p.a);
+            cublasLtMatrixLayoutDestroy(p.b);
+            cublasLtMatrixLayoutDestroy(p.c);
+            cublasLtMatmulDescDestroy(p.op);
+            return false;
+        }
+        p.algo = first.algo;
+        p.tuned = !tuning_enabled() || n_tokens > kTunedMaxTokens;  // nothing to time
+        it = im.plans.emplace(key, p).first;
+    }
+    Impl::Plan& p = it->second;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    MVLLM_RT_OK(cudaStreamIsCapturing(stream, &capture));
+    if (!p.tuned && capture == cudaStreamCaptureStatusNone) {
+        cublasLtMatmulHeuristicResult_t found[kCandidates];
+        int n_found = 0;
+        MVLLM_LT_OK(cublasLtMatmulAlgoGetHeuristic(im.lt, p.op, p.a, p.b, p.c, p.c, im.pref, kCandidates, found,
+                                                   &n_found));
+        const size_t need = static_cast<size_t>(n_out * n_tokens) * sizeof(float);
+        if (im.scratch_bytes < need) {
+            MVLLM_RT_OK(cudaStreamSynchronize(stream));
+            if (im.scratch) MVLLM_RT_OK(cudaFree(im.scratch));
+            im.scratch = nullptr;
+            im.scratch_bytes = 0;
+            if (cudaMalloc(&im.scratch, need) == cudaSuccess) im.scratch_bytes = need;
+            else cudaGetLastError();
+        }
+        if (im.scratch && n_found > 1) {
+            const float base = im.time(p, p.algo, w_f16, x_f16, accumulate, stream);
+            float best = base * kMinGain;
+            for (int i = 1; i < n_found; ++i) {
+                const float t = im.time(p, found[i].algo, w_f16, x_f16, accumulate, stream);
+                if (t < best) {
+                    best = t;
+                    p.algo = found[i].algo;
+                }
+            }
+        }
+        p.tuned = true;
+        ++n_tuned_;
+    }
+    return im.run(p, p.algo, w_f16, x_f16, out, accumulate, stream) == CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace mvllm::cuda
