@@ -38,6 +38,12 @@ constexpr float kMinGain = 0.97f;
 constexpr int kCandidates = 8;
 constexpr int kReps = 3;
 
+std::tuple<int64_t, int64_t, int64_t, bool> bucket_key(const std::tuple<int64_t, int64_t, int64_t, bool>& k) {
+    int64_t m = 16;
+    while (m < std::get<2>(k)) m *= 2;
+    return {std::get<0>(k), std::get<1>(k), m, std::get<3>(k)};
+}
+
 }  // namespace
 
 struct GemmTuner::Impl {
@@ -53,6 +59,10 @@ struct GemmTuner::Impl {
     void* workspace = nullptr;
     size_t workspace_bytes = 0;
     std::map<Key, Plan> plans;
+    // The tuned algorithm of a row-count bucket (n_tokens rounded up to a power of two): later
+    // shapes of the bucket reuse it when cuBLASLt accepts it for them, so a server whose batch
+    // size wanders tunes each matrix a handful of times, not once per batch size.
+    std::map<Key, cublasLtMatmulAlgo_t> bucket_algos;
     float* scratch = nullptr;  // timing output
     size_t scratch_bytes = 0;
     cudaEvent_t t0 = nullptr, t1 = nullptr;
@@ -138,6 +148,14 @@ bool GemmTuner::gemm(const void* w_f16, const void* x_f16, float* out, int64_t n
         }
         p.algo = first.algo;
         p.tuned = !tuning_enabled() || n_tokens > kTunedMaxTokens;  // nothing to time
+        const auto b = im.bucket_algos.find(bucket_key(key));
+        cublasLtMatmulHeuristicResult_t check{};
+        if (!p.tuned && b != im.bucket_algos.end() &&
+            cublasLtMatmulAlgoCheck(im.lt, p.op, p.a, p.b, p.c, p.c, &b->second, &check) == CUBLAS_STATUS_SUCCESS &&
+            check.workspaceSize <= im.workspace_bytes) {
+            p.algo = b->second;
+            p.tuned = true;
+        }
         it = im.plans.emplace(key, p).first;
     }
     Impl::Plan& p = it->second;
@@ -169,6 +187,7 @@ bool GemmTuner::gemm(const void* w_f16, const void* x_f16, float* out, int64_t n
             }
         }
         p.tuned = true;
+        im.bucket_algos[bucket_key(key)] = p.algo;
         ++n_tuned_;
     }
     return im.run(p, p.algo, w_f16, x_f16, out, accumulate, stream) == CUBLAS_STATUS_SUCCESS;

@@ -7,7 +7,8 @@
 // is the whole cost) its pick is often not the fastest (split-K with a separate reduction, tiles
 // that leave SMs idle). The first call of a (n_out, n_in, n_tokens, accumulate) shape with
 // n_tokens <= kTunedMaxTokens times the heuristic's candidates on a scratch output and keeps the
-// fastest; later calls (and recorded steps) reuse it. Larger row counts (prefill) take the
+// fastest; later calls (and recorded steps) reuse it, and so do other row counts of the same
+// power-of-two bucket when cuBLASLt accepts the algorithm for them. Larger row counts (prefill) take the
 // heuristic's first candidate. Tuning needs a free stream (it synchronises), so a shape first
 // met while a step is being recorded takes the first candidate and is tuned at its next eager
 // call; the engine's first step of every recorded shape is eager. MVLLM_GEMM_TUNE=0 turns the

@@ -16,22 +16,22 @@ bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == 
 template <DType T>
 __global__ void embed_quant_kernel(QuantMatrix table, const int32_t* ids, void* out, DType out_type, int64_t width) {
     pdl_begin();
-    const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    const int64_t c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (c * kChunk >= width) return;
-    const int64_t row = blockIdx.y;
+    const int64_t row = blockIdx.x;
     float w[kChunk];
     dequant_chunk<T>(table, ids[row], c, w);
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) store_any(out, out_type, row * width + c * kChunk + i, w[i]);
 }
 
-// Reads: table rows ids[row] (F32/F16/BF16). Writes: out row. Grid (ceil(width / 256), n_rows).
+// Reads: table rows ids[row] (F32/F16/BF16). Writes: out row. Grid (n_rows, ceil(width / 256)).
 __global__ void embed_float_kernel(const void* table, DType table_type, const int32_t* ids, void* out,
                                    DType out_type, int64_t width) {
     pdl_begin();
-    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    const int64_t i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= width) return;
-    const int64_t row = blockIdx.y;
+    const int64_t row = blockIdx.x;
     store_any(out, out_type, row * width + i, load_any(table, table_type, ids[row] * width + i));
 }
 
@@ -48,14 +48,14 @@ __global__ void rms_norm_kernel(const XT* x, const void* weight, DType weight_ty
 }
 
 // Reads/writes x in place. One thread per (row, pair i); loops over heads.
-// Grid (ceil(half / 64), n_rows), 64 threads.
+// Grid (n_rows, ceil(half / 64)), 64 threads.
 __global__ void rope_kernel(float* x, int32_t n_heads, int32_t head_dim, int64_t width,
                             const int32_t* positions, const float* inv_freq) {
     pdl_begin();
     const int32_t half = head_dim / 2;
-    const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int32_t i = blockIdx.y * blockDim.x + threadIdx.x;
     if (i >= half) return;
-    const int64_t row = blockIdx.y;
+    const int64_t row = blockIdx.x;
     const double angle = static_cast<double>(positions[row]) * inv_freq[i];
     double s, c;
     sincos(angle, &s, &c);
@@ -101,20 +101,20 @@ __global__ void add_kernel(float* acc, const void* x, DType xt, int64_t n) {
         acc[i] += load_any(x, xt, i);
 }
 
-// x[r][i] += bias[i]. Grid (ceil(width / 256), n_rows).
+// x[r][i] += bias[i]. Grid (n_rows, ceil(width / 256)).
 __global__ void add_bias_kernel(float* x, const void* bias, DType bt, int64_t width) {
     pdl_begin();
-    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (i < width) x[blockIdx.y * width + i] += load_any(bias, bt, i);
+    const int64_t i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i < width) x[blockIdx.x * width + i] += load_any(bias, bt, i);
 }
 
-// out row j = x row rows[j] (bytes). Grid (ceil(row_bytes / 4 / 256), n_out_rows).
+// out row j = x row rows[j] (bytes). Grid (n_out_rows, ceil(row_bytes / 4 / 256)).
 __global__ void gather_rows_kernel(const uint8_t* x, const int32_t* rows, uint8_t* out, size_t row_bytes) {
     pdl_begin();
-    const size_t i = (blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x) * 4;
+    const size_t i = (blockIdx.y * static_cast<size_t>(blockDim.x) + threadIdx.x) * 4;
     if (i >= row_bytes) return;
-    const uint8_t* src = x + static_cast<size_t>(rows[blockIdx.y]) * row_bytes;
-    uint8_t* dst = out + blockIdx.y * row_bytes;
+    const uint8_t* src = x + static_cast<size_t>(rows[blockIdx.x]) * row_bytes;
+    uint8_t* dst = out + blockIdx.x * row_bytes;
     if (i + 4 <= row_bytes) {
         *reinterpret_cast<uint32_t*>(dst + i) = *reinterpret_cast<const uint32_t*>(src + i);
     } else {
@@ -243,16 +243,17 @@ __global__ void rope_kv_store_kernel(const float* qkv, const float* bias, float*
     }
 }
 
-// Reads k, v rows of token blockIdx.y; writes them to the token's cache slot.
-// Grid (ceil(n_kv_heads * head_dim / 256), n_tokens), 256 threads.
+// Reads k, v rows of token blockIdx.x; writes them to the token's cache slot.
+// Grid (n_tokens, ceil(n_kv_heads * head_dim / 256)), 256 threads. (Rows go in x: a step may
+// have more than 65535 of them.)
 __global__ void kv_store_kernel(const int64_t* slot_mapping, const void* k, const void* v, DType in_type,
                                 void* kc, void* vc, DType cache_type, int32_t n_kv_heads, int32_t head_dim,
                                 int32_t block_size) {
     pdl_begin();
     const int32_t width = n_kv_heads * head_dim;
-    const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int32_t i = blockIdx.y * blockDim.x + threadIdx.x;
     if (i >= width) return;
-    const int64_t token = blockIdx.y;
+    const int64_t token = blockIdx.x;
     const int64_t slot = slot_mapping[token];
     const int64_t block = slot / block_size, offset = slot % block_size;
     const int32_t h = i / head_dim, d = i % head_dim;
@@ -284,10 +285,10 @@ void launch_embed(const TensorView& table, const int32_t* ids, const TensorView&
     if (n_rows == 0) return;
     MVLLM_CHECK(is_float_type(out.type) && out.ne[0] == width) << "embed output";
     if (is_float_type(table.type)) {
-        const dim3 grid(static_cast<unsigned>(ceil_div(width, 256)), static_cast<unsigned>(n_rows));
+        const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(ceil_div(width, 256)));
         launch_pdl(embed_float_kernel, grid, 256, 0, stream, table.data, table.type, ids, out.data, out.type, width);
     } else {
-        const dim3 grid(static_cast<unsigned>(ceil_div(width / kChunk, 128)), static_cast<unsigned>(n_rows));
+        const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(ceil_div(width / kChunk, 128)));
         const int64_t n_vocab = table.n_rows();
 #define MVLLM_EMBED(T)                                                                                   \
     launch_pdl(embed_quant_kernel<T>, grid, 128, 0, stream, quant_matrix<T>(table.data, width, n_vocab), ids, out.data, \
@@ -321,7 +322,7 @@ void launch_rope(const TensorView& x, int32_t n_heads, int32_t head_dim, const i
                  const float* inv_freq, cudaStream_t stream) {
     MVLLM_CHECK(x.type == DType::F32 && x.ne[0] == static_cast<int64_t>(n_heads) * head_dim) << "rope input";
     if (x.ne[1] == 0) return;
-    const dim3 grid(static_cast<unsigned>(ceil_div(head_dim / 2, 64)), static_cast<unsigned>(x.ne[1]));
+    const dim3 grid(static_cast<unsigned>(x.ne[1]), static_cast<unsigned>(ceil_div(head_dim / 2, 64)));
     launch_pdl(rope_kernel, grid, 64, 0, stream, static_cast<float*>(x.data), n_heads, head_dim, x.ne[0], positions, inv_freq);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
@@ -360,7 +361,7 @@ void launch_add(const TensorView& acc, const TensorView& x, cudaStream_t stream)
 void launch_add_bias(const TensorView& x, const TensorView& bias, cudaStream_t stream) {
     MVLLM_CHECK(x.type == DType::F32 && bias.ne[0] == x.ne[0]) << "add_bias";
     if (x.ne[1] == 0) return;
-    const dim3 grid(static_cast<unsigned>(ceil_div(x.ne[0], 256)), static_cast<unsigned>(x.ne[1]));
+    const dim3 grid(static_cast<unsigned>(x.ne[1]), static_cast<unsigned>(ceil_div(x.ne[0], 256)));
     launch_pdl(add_bias_kernel, grid, 256, 0, stream, static_cast<float*>(x.data), bias.data, bias.type, x.ne[0]);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
@@ -369,10 +370,10 @@ void launch_gather_rows(const TensorView& x, const int32_t* rows, const TensorVi
     MVLLM_CHECK(x.type == out.type && x.ne[0] == out.ne[0]) << "gather_rows";
     if (out.ne[1] == 0) return;
     const size_t rb = x.row_bytes();
-    const dim3 grid(static_cast<unsigned>(ceil_div(static_cast<int64_t>(ceil_div(rb, 4)), 256)),
-                    static_cast<unsigned>(out.ne[1]));
+    const dim3 grid(static_cast<unsigned>(out.ne[1]),
+                    static_cast<unsigned>(ceil_div(static_cast<int64_t>(ceil_div(rb, 4)), 256)));
     launch_pdl(gather_rows_kernel, grid, 256, 0, stream, static_cast<const uint8_t*>(x.data), rows,
-                                                 static_cast<uint8_t*>(out.data), rb);
+               static_cast<uint8_t*>(out.data), rb);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
@@ -426,7 +427,7 @@ void launch_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const Te
     MVLLM_CHECK(k.type == v.type && is_float_type(k.type)) << "kv_store input";
     MVLLM_CHECK(k.ne[0] == static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim) << "kv_store width";
     if (batch.n_tokens == 0) return;
-    const dim3 grid(static_cast<unsigned>(ceil_div(k.ne[0], 256)), static_cast<unsigned>(batch.n_tokens));
+    const dim3 grid(static_cast<unsigned>(batch.n_tokens), static_cast<unsigned>(ceil_div(k.ne[0], 256)));
     launch_pdl(kv_store_kernel, grid, 256, 0, stream, batch.slot_mapping, k.data, v.data, k.type, kv.k, kv.v,
                                               static_cast<DType>(kv.dtype), kv.n_kv_heads, kv.head_dim,
                                               kv.block_size);
