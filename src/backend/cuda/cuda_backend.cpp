@@ -356,13 +356,14 @@ void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up
     Impl& im = *impl_;
     cuda::QxView storage;
     const bool same = w_gate.type == w_up.type && w_gate.ne == w_up.ne;
+    const bool stackable = same && w_gate.ne[1] % 4 == 0;  // the SwiGLU kernel's 16-byte loads
     if (const cuda::QxView* qx = same ? im.qx_for(w_gate, x, &storage) : nullptr) {
         im.wrote(out);
         cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream);
         return;
     }
     // Larger batches on quantised weights: one GEMM over the stacked F16 copies, then SwiGLU.
-    const void* stacked = same && cuda::choose_matmul_path(w_gate.type, x.ne[1], im.options.batch_invariant) ==
+    const void* stacked = stackable && cuda::choose_matmul_path(w_gate.type, x.ne[1], im.options.batch_invariant) ==
                                       cuda::MatmulPath::GemmF16
                               ? im.stacked_f16_copies(w_gate, w_up)
                               : nullptr;

@@ -35,7 +35,7 @@ bool tuning_enabled() {
 // A tuned candidate must beat the heuristic's first choice by this much (timings of one
 // process differ by a few per cent; a near tie keeps cuBLAS's own pick, so runs agree).
 constexpr float kMinGain = 0.97f;
-constexpr int kCandidates = 8;
+constexpr int kCandidates = 16;
 constexpr int kReps = 3;
 
 std::tuple<int64_t, int64_t, int64_t, bool> bucket_key(const std::tuple<int64_t, int64_t, int64_t, bool>& k) {
@@ -175,14 +175,37 @@ bool GemmTuner::gemm(const void* w_f16, const void* x_f16, float* out, int64_t n
             if (cudaMalloc(&im.scratch, need) == cudaSuccess) im.scratch_bytes = need;
             else cudaGetLastError();
         }
-        if (im.scratch && n_found > 1) {
+        // The heuristic's candidates, and each with its K split forced to 1, 2, 4 or 8 (reduced
+        // in the output or through the workspace): a few dozen rows against a long matrix leave
+        // most SMs idle without a split, and cuBLAS's own split count is often not the best.
+        std::vector<cublasLtMatmulAlgo_t> candidates;
+        for (int i = 0; i < n_found; ++i) {
+            candidates.push_back(found[i].algo);
+            for (int32_t split : {1, 2, 4, 8}) {
+                for (uint32_t scheme : {CUBLASLT_REDUCTION_SCHEME_INPLACE, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE}) {
+                    cublasLtMatmulAlgo_t a = found[i].algo;
+                    const uint32_t sch = split == 1 ? CUBLASLT_REDUCTION_SCHEME_NONE : scheme;
+                    if (split == 1 && scheme != CUBLASLT_REDUCTION_SCHEME_INPLACE) continue;
+                    cublasLtMatmulHeuristicResult_t check{};
+                    if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split)) !=
+                            CUBLAS_STATUS_SUCCESS ||
+                        cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &sch,
+                                                             sizeof(sch)) != CUBLAS_STATUS_SUCCESS ||
+                        cublasLtMatmulAlgoCheck(im.lt, p.op, p.a, p.b, p.c, p.c, &a, &check) != CUBLAS_STATUS_SUCCESS ||
+                        check.workspaceSize > im.workspace_bytes)
+                        continue;
+                    candidates.push_back(a);
+                }
+            }
+        }
+        if (im.scratch && candidates.size() > 1) {
             const float base = im.time(p, p.algo, w_f16, x_f16, accumulate, stream);
             float best = base * kMinGain;
-            for (int i = 1; i < n_found; ++i) {
-                const float t = im.time(p, found[i].algo, w_f16, x_f16, accumulate, stream);
+            for (size_t i = 1; i < candidates.size(); ++i) {
+                const float t = im.time(p, candidates[i], w_f16, x_f16, accumulate, stream);
                 if (t < best) {
                     best = t;
-                    p.algo = found[i].algo;
+                    p.algo = candidates[i];
                 }
             }
         }
