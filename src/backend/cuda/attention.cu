@@ -68,19 +68,19 @@ __global__ void repeat_kv_kernel(DeviceBatch batch, KvSource cache, const int64_
 // Reads q rows and K; writes scores[row][head][j] = scale * q . k_j for j <= positions[row].
 // One CTA of 64 threads per (64 context tokens, query row, source head); a thread owns one
 // token and dots its K row (read once) with the `group` query heads of that source head.
-// Grid (ceil(max_context / 64), n_tokens, n_src_heads).
+// Grid (n_tokens, ceil(max_context / 64), n_src_heads) (rows in x: a step may have > 65535).
 template <typename KT>
 __global__ void scores_kernel(DeviceBatch batch, KvSource src, const float* q, int32_t n_heads, float scale,
                               float* scores, int32_t max_context) {
     pdl_begin();
     extern __shared__ float q_shared[];  // [group][head_dim]
-    const int32_t row = blockIdx.y, src_head = blockIdx.z;
+    const int32_t row = blockIdx.x, src_head = blockIdx.z;
     const int32_t group = n_heads / src.n_src_heads;
     const int32_t hd = src.head_dim;
     const float* qr = q + (static_cast<int64_t>(row) * n_heads + src_head * group) * hd;
     for (int32_t i = threadIdx.x; i < group * hd; i += blockDim.x) q_shared[i] = qr[i] * scale;
     __syncthreads();
-    const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
     if (j > batch.positions[row]) return;
     const int32_t seq = batch.row_seq[row];
     const KT* k = static_cast<const KT*>(src.k) + src.offset(seq, j, src_head);
@@ -383,8 +383,8 @@ void three_kernels(CudaAttention variant, const DeviceBatch& batch, const int64_
     float* scores = static_cast<float*>(scratch.scores);
     const int32_t group = n_heads / src.n_src_heads;
     const size_t shared = static_cast<size_t>(group) * hd * sizeof(float);
-    launch_pdl(scores_kernel<KT>, dim3(static_cast<unsigned>(ceil_div(max_ctx, 64)), batch.n_tokens, src.n_src_heads), 64, shared, stream, batch, src, static_cast<const float*>(q.data), n_heads, scale, scores,
-                                          max_ctx);
+    launch_pdl(scores_kernel<KT>, dim3(batch.n_tokens, static_cast<unsigned>(ceil_div(max_ctx, 64)), src.n_src_heads), 64,
+               shared, stream, batch, src, static_cast<const float*>(q.data), n_heads, scale, scores, max_ctx);
     MVLLM_CUDA_LAUNCH_CHECK();
     launch_pdl(softmax_kernel, dim3(batch.n_tokens, n_heads), 256, 0, stream, batch, scores, n_heads, max_ctx);
     MVLLM_CUDA_LAUNCH_CHECK();
