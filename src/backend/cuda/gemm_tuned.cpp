@@ -27,7 +27,7 @@ namespace {
 bool tuning_enabled() {
     static const bool on = [] {
         const char* e = std::getenv("MVLLM_GEMM_TUNE");
-        return !(e && std::string(e) == "0");
+        return e && std::string(e) == "1";
     }();
     return on;
 }

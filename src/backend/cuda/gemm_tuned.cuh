@@ -11,8 +11,12 @@
 // power-of-two bucket when cuBLASLt accepts the algorithm for them. Larger row counts (prefill) take the
 // heuristic's first candidate. Tuning needs a free stream (it synchronises), so a shape first
 // met while a step is being recorded takes the first candidate and is tuned at its next eager
-// call; the engine's first step of every recorded shape is eager. MVLLM_GEMM_TUNE=0 turns the
-// timing off (first candidate everywhere), for A/B measurements.
+// call; the engine's first step of every recorded shape is eager.
+//
+// Off by default (MVLLM_GEMM_TUNE=1 turns it on): on the H200 it saves 2-3 % of a 7B 64-sequence
+// step (5.73 -> 5.58 ms of graph time) but nothing on the 0.5B geometry, and every candidate's
+// first launch loads its kernel (~100 ms per row bucket in all), which a 256-step benchmark or a
+// server whose batch size wanders does not earn back (bench/NOTES.md, sixth session).
 #pragma once
 
 #include <cuda_runtime.h>
