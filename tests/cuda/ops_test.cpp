@@ -395,5 +395,37 @@ TEST(CudaOps, RowOpsMatchCpu) {
     }
 }
 
+// A step may hold more rows than a grid's y dimension (65535): the row-wise kernels put the row in
+// x (B4(a) at 256 x 512 prompt tokens in one step failed to launch before).
+TEST(CudaOps, RowWiseKernelsTakeMoreThan65535Rows) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda();
+    ASSERT_TRUE(be);
+    ThreadPool pool(2);
+    const int64_t width = 64, n_vocab = 97, n_rows = 70000;
+    const int32_t head_dim = 64;
+    std::vector<float> table = random_floats(width * n_vocab, 21);
+    auto dev = be->upload_weight(host_view(DType::F32, width, n_vocab, table.data()));
+    ASSERT_TRUE(dev.is_ok());
+    std::vector<int32_t> ids(n_rows);
+    for (int64_t i = 0; i < n_rows; ++i) ids[i] = static_cast<int32_t>((i * 31 + 7) % n_vocab);
+    Batch batch = simple_batch(ids, 0);
+    be->begin(batch);
+    TensorView x = be->alloc(DType::F32, width, n_rows);
+    be->embed(*dev, x);
+    std::vector<float> got(static_cast<size_t>(width * n_rows)), ref(got.size());
+    be->to_host(x, got.data());
+    for (int64_t r = 0; r < n_rows; ++r)
+        std::memcpy(ref.data() + r * width, table.data() + ids[r] * width, width * sizeof(float));
+    EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), got.size() * sizeof(float))) << "embed";
+    std::vector<float> inv_freq(head_dim / 2);
+    for (int32_t i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
+    be->rope(x, 1, RopeParams{inv_freq.data(), head_dim});
+    be->to_host(x, got.data());
+    cpu::rope(pool, host_view(DType::F32, width, n_rows, ref.data()), 1, head_dim, batch.positions.data(),
+              inv_freq.data());
+    EXPECT_LE(rel_max_error(got, ref), 1e-5) << "rope";
+}
+
 }  // namespace
 }  // namespace mvllm::test
