@@ -14,9 +14,10 @@
 // call; the engine's first step of every recorded shape is eager.
 //
 // Off by default (MVLLM_GEMM_TUNE=1 turns it on): on the H200 it saves 2-3 % of a 7B 64-sequence
-// step (5.73 -> 5.58 ms of graph time) but nothing on the 0.5B geometry, and every candidate's
-// first launch loads its kernel (~100 ms per row bucket in all), which a 256-step benchmark or a
-// server whose batch size wanders does not earn back (bench/NOTES.md, sixth session).
+// step (5.73 -> 5.58 ms of graph time) but nothing on the 0.5B geometry, and the step that tunes
+// a row bucket costs ~100 ms more than an untuned one (mostly, it seems, the first launch of each
+// candidate kernel), which a 256-step benchmark or a server whose batch size wanders does not
+// earn back (bench/NOTES.md, sixth session).
 #pragma once
 
 #include <cuda_runtime.h>
