@@ -291,6 +291,23 @@ TEST(MatmulKernels, Q4_0PanelsMatchScalar) {
                     }
             }
         }
+        if (cpu_isa() == CpuIsa::Avx512) {  // VNNI: the same integers, so the same bits as AVX2
+            avx2::repack_q4_0_x8(w.data(), w_row_bytes, 8, nb, p);
+            float a2[kMaxTokenTile][8];
+            avx2::gemm_q4_0_x8(nb, p, x.data(), x_row_bytes, kMaxTokenTile, &a2[0][0], 8, 8);
+            for (int n_x = 1; n_x <= kMaxTokenTile; ++n_x) {
+                float a5[kMaxTokenTile][8];
+                avx512::gemm_q4_0_x8(nb, p, x.data(), x_row_bytes, n_x, &a5[0][0], 8, 8);
+                EXPECT_EQ(0, std::memcmp(a2, a5, sizeof(float) * 8 * n_x)) << "avx512 gemm n=" << n << " n_x=" << n_x;
+            }
+            for (int j = 0; j < kMaxTokenTile; ++j)
+                for (bool fixed : {false, true}) {
+                    float g2[8], g5[8];
+                    avx2::gemv_q4_0_x8(nb, w.data(), w_row_bytes, x.data() + j * x_row_bytes, g2, fixed);
+                    avx512::gemv_q4_0_x8(nb, w.data(), w_row_bytes, x.data() + j * x_row_bytes, g5, fixed);
+                    EXPECT_EQ(0, std::memcmp(g2, g5, sizeof(g2))) << "avx512 gemv n=" << n << " fixed " << fixed;
+                }
+        }
         for (int j = 0; j < kMaxTokenTile; ++j) {
             float got[8];
             avx2::gemv_q4_0_x8(nb, w.data(), w_row_bytes, x.data() + j * x_row_bytes, got);

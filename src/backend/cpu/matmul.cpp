@@ -122,6 +122,9 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
     const bool q4_simd = w.type == DType::Q4_0 && isa != CpuIsa::Scalar && panels_enabled();
     const bool panel_gemm = q4_simd && n_tokens >= (batch_invariant ? 2 : kPanelMinTokens);
     const bool gemv_x8 = q4_simd && n_tokens == 1;
+    // VNNI where the CPU has it (same panels, same bits).
+    const auto gemm_q4_x8 = isa == CpuIsa::Avx512 ? avx512::gemm_q4_0_x8 : avx2::gemm_q4_0_x8;
+    const auto gemv_q4_x8 = isa == CpuIsa::Avx512 ? avx512::gemv_q4_0_x8 : avx2::gemv_q4_0_x8;
     const int64_t chunk = rows_per_chunk(n_out, pool.size(), n_tokens, w.row_bytes());
     const int64_t n_blocks = n_in / QK4_0;
     const size_t panel_bytes = q4_simd ? align_up(n_blocks * kQ4PanelBlockBytes) : 0;
@@ -176,8 +179,8 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
                     const int n_x = static_cast<int>(std::min<int64_t>(kMaxTokenTile, n_tokens - t0));
                     for (int64_t pi = 0; pi < n_panels; ++pi) {
                         const int rows = static_cast<int>(std::min<int64_t>(8, r1 - r0 - 8 * pi));
-                        avx2::gemm_q4_0_x8(n_blocks, my_panels + pi * panel_bytes, act + t0 * act_stride, act_stride,
-                                           n_x, y + t0 * n_out + r0 + 8 * pi, n_out, rows);
+                        gemm_q4_x8(n_blocks, my_panels + pi * panel_bytes, act + t0 * act_stride, act_stride, n_x,
+                                   y + t0 * n_out + r0 + 8 * pi, n_out, rows);
                     }
                 }
             }
@@ -195,12 +198,12 @@ void matmul(ThreadPool& pool, const TensorView& w, const TensorView& x, const Te
                 const int64_t r0 = c * chunk, r1 = std::min(n_out, r0 + chunk);
                 int64_t r = r0;
                 for (; r + 8 <= r1; r += 8)
-                    avx2::gemv_q4_0_x8(n_blocks, w_data + r * w_row_bytes, w_row_bytes, act, y + r, batch_invariant);
+                    gemv_q4_x8(n_blocks, w_data + r * w_row_bytes, w_row_bytes, act, y + r, batch_invariant);
                 if (r < r1 && batch_invariant) {
                     uint8_t* my_panel = panels + ti * panels_per_thread;
                     const int rows = static_cast<int>(r1 - r);
                     avx2::repack_q4_0_x8(w_data + r * w_row_bytes, w_row_bytes, rows, n_blocks, my_panel);
-                    avx2::gemm_q4_0_x8(n_blocks, my_panel, act, act_stride, 1, y + r, n_out, rows);
+                    gemm_q4_x8(n_blocks, my_panel, act, act_stride, 1, y + r, n_out, rows);
                     r = r1;
                 }
                 for (; r < r1; ++r) dot(n_in, w_data + r * w_row_bytes, act, act_stride, 1, y + r);

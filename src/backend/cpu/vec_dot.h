@@ -128,6 +128,11 @@ void convert_f16_to_f32(const uint16_t* src, float* dst, int64_t n);
 }  // namespace avx2
 
 namespace avx512 {
+// avx2::gemm_q4_0_x8 / gemv_q4_0_x8 with VNNI (dpbusd): the same panels and bit-identical results.
+void gemm_q4_0_x8(int64_t n_blocks, const void* panel, const void* x, size_t x_row_bytes, int n_x, float* y,
+                  size_t y_stride, int n_rows);
+void gemv_q4_0_x8(int64_t n_blocks, const void* w, size_t row_bytes, const void* x, float* y,
+                  bool fixed_order = false);
 void dot_q8_0(int64_t, const void*, const void*, size_t, int, float*);
 void dot_q4_0(int64_t, const void*, const void*, size_t, int, float*);
 void dot_q4_K(int64_t, const void*, const void*, size_t, int, float*);

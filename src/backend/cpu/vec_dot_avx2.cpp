@@ -13,6 +13,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "backend/cpu/q4_0_x8.h"
 #include "backend/cpu/vec_dot.h"
 #include "core/half.h"
 
@@ -57,18 +58,6 @@ inline void unpack_scales_k4(const uint8_t* packed, uint8_t* sc_m) {
 }
 
 // ---- Q4_0 / Q8_0 weights x Q8_0 activations ------------------------------------------------------
-
-// The f16 scales of 8 consecutive blocks (stride bytes apart, first at d) as 8 floats; only the
-// first n_valid are read, the rest are 0.
-inline __m256 gather_f16_scales(const uint8_t* d, size_t stride, int n_valid) {
-    uint64_t lo = 0, hi = 0;
-    for (int k = 0; k < n_valid; ++k) {
-        uint16_t h;
-        std::memcpy(&h, d + k * stride, 2);
-        (k < 4 ? lo : hi) |= static_cast<uint64_t>(h) << (16 * (k & 3));
-    }
-    return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
-}
 
 // The 16 nibbles of a Q4_0 block as 32 unsigned bytes 0..15 in value order (low nibbles first).
 inline __m256i unpack_u4(const uint8_t* qs) {
@@ -156,52 +145,17 @@ void dot_q_0_tile(int64_t n, const void* w, const void* x, size_t x_row_bytes, f
 
 // ---- interleaved Q4_0 panels (prefill GEMM) ------------------------------------------------------
 
-// One panel block for N tokens: 8 maddubs per token, each giving 8 rows x 4 values of products,
-// summed in i16 (the pair sums start at the activation's bias words, so each lane ends as a sum of
-// 16 (u - 8) q products, |sum| <= 16 * 8 * 128 = 16384 at every step: no overflow), then one madd
-// to i32, a convert and an FMA with d_w[8] * d_x per token.
-template <int N>
-void gemm_q4_0_x8_tile(int64_t n_blocks, const uint8_t* panel, const uint8_t* x, size_t x_row_bytes,
-                       float* y, size_t y_stride, int n_rows, int64_t n) {
-    const BlockQ8_0* xb[N];
-    const float* x_d[N];
-    const int32_t* x_bias[N];
-    for (int j = 0; j < N; ++j) {
-        xb[j] = x_row<BlockQ8_0>(x, x_row_bytes, j);
-        x_d[j] = act_q8_0_scales(xb[j], n);
-        x_bias[j] = act_q8_0_bias(xb[j], n);
-    }
-    __m256 acc[N];
-    for (int j = 0; j < N; ++j) acc[j] = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t b = 0; b < n_blocks; ++b) {
-        const uint8_t* p = panel + b * kQ4PanelBlockBytes;
-        __m256i s[N];
-        for (int j = 0; j < N; ++j) s[j] = _mm256_set1_epi32(x_bias[j][b]);
-#pragma GCC unroll 8
-        for (int v = 0; v < 8; ++v) {
-            const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32 + 32 * v));
-            for (int j = 0; j < N; ++j) {
-                int32_t xq;
-                std::memcpy(&xq, xb[j][b].qs + 4 * v, 4);
-                // adds (saturating, never saturates here) is not associative, so GCC keeps these
-                // as 4 running sums instead of re-associating them into a tree that spills.
-                s[j] = _mm256_adds_epi16(s[j], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(xq)));
-            }
-        }
-        const __m256 d_w = _mm256_load_ps(reinterpret_cast<const float*>(p));
-        for (int j = 0; j < N; ++j) {
-            const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[j], ones));
-            acc[j] = _mm256_fmadd_ps(dot, _mm256_mul_ps(d_w, _mm256_broadcast_ss(x_d[j] + b)), acc[j]);
-        }
-    }
-    if (n_rows == 8) {
-        for (int j = 0; j < N; ++j) _mm256_storeu_ps(y + j * y_stride, acc[j]);
-    } else {
-        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        for (int j = 0; j < N; ++j) _mm256_maskstore_ps(y + j * y_stride, mask, acc[j]);
-    }
-}
+// The integer dot of the interleaved kernels (q4_0_x8.h) on AVX2: maddubs into i16 lanes that start
+// at the activation's bias words (each lane ends as a sum of 16 (u - 8) q products, |sum| <= 16 *
+// 8 * 128 = 16384 at every step: no overflow), then one madd(1) to i32. adds (saturating, never
+// saturating here) is not associative, so GCC keeps the running sums instead of re-associating
+// them into a tree that spills.
+struct DotMaddubs {
+    static __m256i start(int32_t bias_word) { return _mm256_set1_epi32(bias_word); }
+    static __m256i add(__m256i s, __m256i w, __m256i x4) { return _mm256_adds_epi16(s, _mm256_maddubs_epi16(w, x4)); }
+    static __m256i join(__m256i a, __m256i b) { return _mm256_adds_epi16(a, b); }
+    static __m256i finish(__m256i s) { return _mm256_madd_epi16(s, _mm256_set1_epi16(1)); }
+};
 
 // ---- Q4_K / Q5_K weights x Q8_K activations ------------------------------------------------------
 
@@ -428,13 +382,8 @@ void repack_q4_0_x8(const void* w, size_t row_bytes, int n_rows, int64_t n_block
         for (int r = 0; r < 8; ++r) std::memcpy(&d16[r], &blk[r]->d, 2);
         _mm256_store_ps(reinterpret_cast<float*>(out),
                         _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d16))));
-        auto q = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[r]->qs)); };
-        const __m256i a = _mm256_set_m128i(q(4), q(0)), bb = _mm256_set_m128i(q(5), q(1));
-        const __m256i c = _mm256_set_m128i(q(6), q(2)), d = _mm256_set_m128i(q(7), q(3));
-        const __m256i t0 = _mm256_unpacklo_epi32(a, bb), t1 = _mm256_unpacklo_epi32(c, d);
-        const __m256i t2 = _mm256_unpackhi_epi32(a, bb), t3 = _mm256_unpackhi_epi32(c, d);
-        const __m256i g[4] = {_mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1),
-                              _mm256_unpacklo_epi64(t2, t3), _mm256_unpackhi_epi64(t2, t3)};
+        __m256i g[4];
+        transpose_q4_0_x8([&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[r]->qs)); }, g);
         auto* v = reinterpret_cast<__m256i*>(out + 32);
         for (int k = 0; k < 4; ++k) {
             _mm256_store_si256(v + k, _mm256_and_si256(g[k], m4));
@@ -443,71 +392,13 @@ void repack_q4_0_x8(const void* w, size_t row_bytes, int n_rows, int64_t n_block
     }
 }
 
-// Decode: the same transpose as repack_q4_0_x8, done in registers block by block and used at once.
-template <bool kFixedOrder>
-void gemv_q4_0_x8_impl(int64_t n_blocks, const void* w, size_t row_bytes, const void* x, float* y) {
-    const auto* w0 = static_cast<const uint8_t*>(w);
-    const auto* xb = static_cast<const BlockQ8_0*>(x);
-    const float* x_d = act_q8_0_scales(x, n_blocks * QK8_0);
-    const int32_t* x_bias = act_q8_0_bias(x, n_blocks * QK8_0);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    // The 8 rows are one contiguous span read as 8 interleaved streams, which the hardware
-    // prefetchers follow poorly: prefetch the span kPrefetchGroups groups ahead linearly, 8 blocks'
-    // bytes (144) per block. Prefetches past the matrix are harmless (they never fault).
-    constexpr int kPrefetchGroups = 2;
-    const uint8_t* pf = w0 + kPrefetchGroups * 8 * row_bytes;
-    for (int64_t b = 0; b < n_blocks; ++b) {
-        const uint8_t* blk = w0 + b * sizeof(BlockQ4_0);
-        const char* pfb = reinterpret_cast<const char*>(pf + b * 8 * sizeof(BlockQ4_0));
-        _mm_prefetch(pfb, _MM_HINT_T0);
-        _mm_prefetch(pfb + 64, _MM_HINT_T0);
-        _mm_prefetch(pfb + 128, _MM_HINT_T0);
-        auto q = [&](int r) {
-            return _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + r * row_bytes + offsetof(BlockQ4_0, qs)));
-        };
-        const __m256 d_w = gather_f16_scales(blk, row_bytes, 8);
-        const __m256i a = _mm256_set_m128i(q(4), q(0)), bb = _mm256_set_m128i(q(5), q(1));
-        const __m256i c = _mm256_set_m128i(q(6), q(2)), d = _mm256_set_m128i(q(7), q(3));
-        const __m256i t0 = _mm256_unpacklo_epi32(a, bb), t1 = _mm256_unpacklo_epi32(c, d);
-        const __m256i t2 = _mm256_unpackhi_epi32(a, bb), t3 = _mm256_unpackhi_epi32(c, d);
-        const __m256i g[4] = {_mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1),
-                              _mm256_unpacklo_epi64(t2, t3), _mm256_unpackhi_epi64(t2, t3)};
-        __m256i s_lo = _mm256_set1_epi32(x_bias[b]), s_hi = _mm256_setzero_si256();
-        const int8_t* xq = xb[b].qs;
-        for (int k = 0; k < 4; ++k) {
-            int32_t x_lo, x_hi;
-            std::memcpy(&x_lo, xq + 4 * k, 4);
-            std::memcpy(&x_hi, xq + 16 + 4 * k, 4);
-            s_lo = _mm256_adds_epi16(s_lo, _mm256_maddubs_epi16(_mm256_and_si256(g[k], m4), _mm256_set1_epi32(x_lo)));
-            s_hi = _mm256_adds_epi16(
-                s_hi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(g[k], 4), m4), _mm256_set1_epi32(x_hi)));
-        }
-        const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_adds_epi16(s_lo, s_hi), ones));
-        // The fixed order is gemm_q4_0_x8_tile's: one chain, d_w * d_x then FMA.
-        if (!kFixedOrder && (b & 1)) acc1 = _mm256_fmadd_ps(dot, _mm256_mul_ps(d_w, _mm256_broadcast_ss(x_d + b)), acc1);
-        else acc0 = _mm256_fmadd_ps(dot, _mm256_mul_ps(d_w, _mm256_broadcast_ss(x_d + b)), acc0);
-    }
-    _mm256_storeu_ps(y, kFixedOrder ? acc0 : _mm256_add_ps(acc0, acc1));
-}
-
 void gemv_q4_0_x8(int64_t n_blocks, const void* w, size_t row_bytes, const void* x, float* y, bool fixed_order) {
-    if (fixed_order) gemv_q4_0_x8_impl<true>(n_blocks, w, row_bytes, x, y);
-    else gemv_q4_0_x8_impl<false>(n_blocks, w, row_bytes, x, y);
+    gemv_q4_0_x8_dispatch<DotMaddubs>(n_blocks, w, row_bytes, x, y, fixed_order);
 }
 
 void gemm_q4_0_x8(int64_t n_blocks, const void* panel, const void* x, size_t x_row_bytes, int n_x, float* y,
                   size_t y_stride, int n_rows) {
-    const auto* p = static_cast<const uint8_t*>(panel);
-    const auto* xp = static_cast<const uint8_t*>(x);
-    const int64_t n = n_blocks * QK4_0;
-    switch (n_x) {
-        case 1: return gemm_q4_0_x8_tile<1>(n_blocks, p, xp, x_row_bytes, y, y_stride, n_rows, n);
-        case 2: return gemm_q4_0_x8_tile<2>(n_blocks, p, xp, x_row_bytes, y, y_stride, n_rows, n);
-        case 3: return gemm_q4_0_x8_tile<3>(n_blocks, p, xp, x_row_bytes, y, y_stride, n_rows, n);
-        default: return gemm_q4_0_x8_tile<4>(n_blocks, p, xp, x_row_bytes, y, y_stride, n_rows, n);
-    }
+    gemm_q4_0_x8_dispatch<DotMaddubs>(n_blocks, panel, x, x_row_bytes, n_x, y, y_stride, n_rows);
 }
 
 // ---- activation quantisers -----------------------------------------------------------------------

@@ -2,12 +2,16 @@
 // integer multiply-add chains fused by VNNI, on 256-bit vectors (VL encodings, no 512-bit
 // frequency penalty, same block-per-vector structure as vec_dot_avx2.cpp):
 //   Q8_0 / Q4_0: dpbusd(|w|, sign(x, w)) replaces maddubs + madd(1);
-//   Q4_K / Q6_K: dpwssd(maddubs(q, x), scale) replaces madd(scale) + add.
+//   Q4_K / Q6_K: dpwssd(maddubs(q, x), scale) replaces madd(scale) + add;
+//   the interleaved Q4_0 GEMM / GEMV (8 rows, vec_dot.h panels): dpbusd(nibbles, x) accumulates
+//   the exact i32 dot that AVX2's maddubs + adds + madd(1) chain forms, so both give the same bits.
 // Q5_K and the float types use the AVX2 kernels.
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstring>
 
+#include "backend/cpu/q4_0_x8.h"
 #include "backend/cpu/vec_dot.h"
 #include "core/half.h"
 
@@ -184,7 +188,28 @@ void dot_q6_K_tile(int64_t n, const void* w, const void* x, size_t x_row_bytes, 
     for (int j = 0; j < N; ++j) out[j] = hsum(acc[j]);
 }
 
+// The integer dot of the interleaved kernels (q4_0_x8.h) with VNNI: dpbusd into i32 lanes. The
+// AVX2 kernels add the bias word as two i16 halves and madd them together at the end; here the
+// sum of the halves starts the i32 lane.
+struct DotVnni {
+    static __m256i start(int32_t bias_word) {
+        return _mm256_set1_epi32(static_cast<int16_t>(bias_word & 0xFFFF) + static_cast<int16_t>(bias_word >> 16));
+    }
+    static __m256i add(__m256i s, __m256i w, __m256i x4) { return _mm256_dpbusd_epi32(s, w, x4); }
+    static __m256i join(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
+    static __m256i finish(__m256i s) { return s; }
+};
+
 }  // namespace
+
+void gemm_q4_0_x8(int64_t n_blocks, const void* panel, const void* x, size_t x_row_bytes, int n_x, float* y,
+                  size_t y_stride, int n_rows) {
+    gemm_q4_0_x8_dispatch<DotVnni>(n_blocks, panel, x, x_row_bytes, n_x, y, y_stride, n_rows);
+}
+
+void gemv_q4_0_x8(int64_t n_blocks, const void* w, size_t row_bytes, const void* x, float* y, bool fixed_order) {
+    gemv_q4_0_x8_dispatch<DotVnni>(n_blocks, w, row_bytes, x, y, fixed_order);
+}
 
 #define MVLLM_TILE_DISPATCH(KERNEL, ...)                                         \
     switch (n_x) {                                                               \
@@ -193,7 +218,6 @@ void dot_q6_K_tile(int64_t n, const void* w, const void* x, size_t x_row_bytes, 
         case 3: return KERNEL<3, ##__VA_ARGS__>(n, w, x, x_row_bytes, out);      \
         default: return KERNEL<4, ##__VA_ARGS__>(n, w, x, x_row_bytes, out);     \
     }
-
 void dot_q8_0(int64_t n, const void* w, const void* x, size_t x_row_bytes, int n_x, float* out) {
     MVLLM_TILE_DISPATCH(dot_q_0_tile, false)
 }
