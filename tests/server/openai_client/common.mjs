@@ -15,6 +15,17 @@ export function make_client(base, api_key, options = {}) {
   return new OpenAI({ baseURL: `${base}/v1`, apiKey: api_key, maxRetries: 0, timeout: 120_000, ...options });
 }
 
+// A run once ended without its summary line and without a FAIL line (ASan build, CI load): name
+// whatever stops the process early instead of exiting silently. A rejection nobody awaits (the
+// SDK's internals after an abort) is logged; the check that caused it still stands or falls by
+// its own assertions.
+let current = null;
+let summarised = false;
+process.on('unhandledRejection', (e) => console.log(`note: unhandled rejection during "${current}": ${e && e.stack ? e.stack : e}`));
+process.on('exit', (code) => {
+  if (!summarised) console.log(`FAIL node exited with status ${code} during "${current}", before the summary`);
+});
+
 const checks = [];
 export function check(name, fn) {
   checks.push([name, fn]);
@@ -24,6 +35,7 @@ export async function run_checks() {
   let failed = 0;
   for (const [name, fn] of checks) {
     const t0 = Date.now();
+    current = name;
     try {
       await fn();
       console.log(`ok   ${name} (${Date.now() - t0} ms)`);
@@ -33,6 +45,7 @@ export async function run_checks() {
     }
   }
   console.log(`${checks.length - failed} passed, ${failed} failed`);
+  summarised = true;
   return failed === 0;
 }
 
