@@ -214,7 +214,6 @@ bool GemmTuner::gemm(const void* w_f16, const void* x_f16, float* out, int64_t n
         }
         p.tuned = true;
         im.bucket_algos[bucket_key(key)] = p.algo;
-        ++n_tuned_;
     }
     return im.run(p, p.algo, w_f16, x_f16, out, accumulate, stream) == CUBLAS_STATUS_SUCCESS;
 }

@@ -42,12 +42,9 @@ public:
     bool gemm(const void* w_f16, const void* x_f16, float* out, int64_t n_out, int64_t n_in, int64_t n_tokens,
               bool accumulate, cudaStream_t stream);
 
-    int64_t n_tuned() const { return n_tuned_; }
-
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
-    int64_t n_tuned_ = 0;
 };
 
 }  // namespace mvllm::cuda
