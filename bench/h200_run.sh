@@ -68,7 +68,7 @@ if has serve; then  # issue 7: mvllm bench serve at 1, 16 and 64 streaming clien
     echo "bench serve $p rc=$?"; grep -E "^\|" "$LOG/serve_$p.log" | head -8
   done
 fi
-# AB_ENV="VAR=value": the decode and throughput stages also run with that variable set (an A/B
+# AB_ENV="VAR=value": the attention, decode, throughput and long stages also run with that variable set (an A/B
 # of one switch in the same call, e.g. AB_ENV=MVLLM_CUDA_PDL=0); results get the suffix _ab.
 variants() { echo base ${AB_ENV:-}; }
 with_env() { local e=$1; shift; if [ "$e" = base ]; then "$@"; else env "$e" "$@"; fi; }
@@ -127,12 +127,17 @@ if has sweep; then  # B2 / B3 / B5 over both geometries in q4_0 and Q4_K_M
   mkdir -p "$LOG/sweep"
   B=$B RES="$LOG/sweep" LOG="$LOG" M="$M" timeout 400 bash bench/cuda_decode_sweep.sh
 fi
-if has long; then  # B3 rows after 32K-token prompts (the 7B one needs the one-split prefill)
-  for p in qwen2.5-7b qwen2.5-0.5b; do
+if has long; then  # B3 rows after long prompts (LONG_PROMPTS), with the prefill tok/s of those prompts
+  for p in ${LONG_MODELS:-qwen2.5-7b qwen2.5-0.5b}; do
     f=$(model $p q4_0)
-    timeout 120 $B bench decode -m "$f" --device cuda --kv-dtype f16 --prompt-len 32768 -n 127 \
-      --json-out "$LOG/b3_${p}_q4_0_p32768.json" > "$LOG/b3_${p}_long.log" 2>&1
-    echo "B3 $p q4_0 prompt 32768 rc=$?: $(tail -1 "$LOG/b3_${p}_long.log")"
+    for len in ${LONG_PROMPTS:-32768}; do
+      for e in $(variants); do
+        x=$(suffix $e)
+        with_env $e timeout 150 $B bench decode -m "$f" --device cuda --kv-dtype f16 --prompt-len $len -n ${LONG_N:-127} \
+          ${LONG_CHUNK:+--prefill-chunk $LONG_CHUNK} --json-out "$LOG/b3_${p}_q4_0_p$len$x.json" > "$LOG/b3_${p}_long_$len$x.log" 2>&1
+        echo "B3 $p q4_0 prompt $len [$e] rc=$?: $(tail -2 "$LOG/b3_${p}_long_$len$x.log" | tr '\n' ' ')"
+      done
+    done
   done
 fi
 if has profile; then  # kernel time per kernel name (real clocks, warm caches): 7B batch-64 decode steps

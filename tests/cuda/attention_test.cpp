@@ -146,6 +146,32 @@ TEST(CudaAttention, OddBlockSizesLongContextsAndF16Output) {
     }
 }
 
+// Prefill chunks long enough for the tiled kernel (a sequence with at least 64 / group query rows):
+// fresh prompts, chunks continuing a cached prefix, beside decode rows and short chunks that stay
+// with the decode kernel, for every geometry (the MHA one keeps its 17- and 64-row chunks on the
+// decode kernel, its tile needing 64 tokens); then a batch of one long chunk (the prefill kernel
+// alone, odd block size, F16 output) and a 2K-token prompt with BF16 output.
+TEST(CudaAttention, TiledPrefillChunksMatchReference) {
+    MVLLM_REQUIRE_GPU();
+    const std::vector<SeqSpec> chunks = {{600, 200}, {64, 64}, {5, 1}, {200, 17}, {130, 130}, {1200, 1}};
+    uint64_t seed = 2000;
+    for (DType kv : {DType::F16, DType::BF16})
+        for (const Geometry& g : kGeometries) run_case(CudaAttentionVariant::Fused, kv, DType::F32, g, chunks, 16, seed++);
+    run_case(CudaAttentionVariant::Fused, DType::F16, DType::F16, kGeometries[1], {{1500, 1024}}, 7, seed++);
+    run_case(CudaAttentionVariant::Fused, DType::BF16, DType::BF16, kGeometries[0], {{2048, 2048}, {40, 3}}, 32, seed++);
+}
+
+// Which batches the tiled prefill kernel takes (host rule): a chunk that fills a 64-row tile,
+// never in batch-invariant mode (a prompt token's kernel would depend on the scheduler's chunking).
+TEST(CudaAttention, TiledPrefillTakesChunksThatFillARowTile) {
+    EXPECT_TRUE(cuda::use_tiled_prefill(10, 7, false));     // 70 rows of the 7B / 0.5B group
+    EXPECT_FALSE(cuda::use_tiled_prefill(9, 7, false));
+    EXPECT_FALSE(cuda::use_tiled_prefill(5, 7, false));     // a speculative verification step
+    EXPECT_FALSE(cuda::use_tiled_prefill(32768, 7, true));  // batch-invariant
+    EXPECT_TRUE(cuda::use_tiled_prefill(64, 1, false));
+    EXPECT_FALSE(cuda::use_tiled_prefill(63, 1, false));
+}
+
 // The split planner of the tensor-core kernel (host code, no GPU needed): decode rows that leave
 // SMs idle get splits; a batch that fills every slot gets one, so a long prefill chunk does not ask
 // for rows x splits partials (a 32K-token 7B prefill once asked for 116 GiB of them).

@@ -1,11 +1,14 @@
 #include "backend/cuda/attention.cuh"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <cstdint>
 #include <type_traits>
 
 #include "backend/backend.h"
 #include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/attention_prefill.cuh"
 #include "backend/cuda/common.cuh"
 
 namespace mvllm::cuda {
@@ -421,7 +424,9 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
     }
 }
 
-// F16/BF16 KV: the tensor-core kernel (attention_mma.cuh); one launch, splits merged in-kernel.
+// F16/BF16 KV: the tensor-core kernels. Sequences with a prefill chunk of at least a row tile go
+// to the tiled prefill kernel (attention_prefill.cuh); the other rows to the decode kernel
+// (attention_mma.cuh), one launch with its splits merged in-kernel.
 template <int HD, typename KT>
 void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                       int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
@@ -436,12 +441,35 @@ void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
         return std::max(n, 1);
     }();
     const int32_t group = n_heads / kv.n_kv_heads;
+    const float scale_log2 = scale * kLog2e;
+    int32_t skip_seq_tokens = 0;
+    int32_t decode_rows = batch.n_tokens;  // rows the decode kernel's split plan counts
+    if (use_tiled_prefill(batch.max_seq_tokens, group, batch_invariant)) {
+        constexpr size_t kPrefillShared = mma_prefill::shared_bytes<HD, KT>();
+        static const bool configured = [] {
+            MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_prefill::prefill_kernel<HD, KT>,
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(kPrefillShared)));
+            return true;
+        }();
+        (void)configured;
+        skip_seq_tokens = mma_prefill::min_query_tokens(group);
+        const dim3 grid(static_cast<unsigned>(ceil_div(static_cast<int64_t>(batch.max_seq_tokens) * group,
+                                                       mma_prefill::kRows)),
+                        kv.n_kv_heads, batch.n_seqs);
+        launch_pdl(mma_prefill::prefill_kernel<HD, KT>, grid, mma_prefill::kWarps * 32, kPrefillShared, stream, batch,
+                   static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
+                   static_cast<const float*>(q.data), n_heads, scale_log2, skip_seq_tokens, out.data, out.type);
+        MVLLM_CUDA_LAUNCH_CHECK();
+        if (batch.n_seqs == 1) return;  // its one sequence was the chunk
+        decode_rows = std::max(1, batch.n_tokens - batch.max_seq_tokens);
+    }
     const int32_t n_tiles = (group + mma_decode::kHeadTile - 1) / mma_decode::kHeadTile;
     // Batch-invariant: the fixed split positions of fused_split (the in-kernel merge walks a row's
     // active splits in order, so a row's result depends on its own context only).
     const FusedSplit split = batch_invariant ? fused_split(batch.n_tokens, kv.n_kv_heads, n_tiles, batch.max_context,
                                                            n_sms, true)
-                                             : mma_split(batch.n_tokens, kv.n_kv_heads * n_tiles, batch.max_context,
+                                             : mma_split(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context,
                                                          n_sms * ctas_per_sm, mma_decode::kWarps * mma_decode::kTile);
     float* part_o = nullptr;
     float* part_ml = nullptr;
@@ -463,8 +491,8 @@ void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
     const dim3 grid(batch.n_tokens, kv.n_kv_heads * n_tiles, split.n_splits);
     launch_pdl(mma_decode::decode_kernel<HD, KT>, grid, mma_decode::kWarps * 32, kShared, stream,
         batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
-        static_cast<const float*>(q.data), n_heads, scale * kLog2e, split.split_tokens, split.n_splits, out.data,
-        out.type, part_o, part_ml, counters);
+        static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits, out.data,
+        out.type, part_o, part_ml, counters, skip_seq_tokens);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
@@ -533,6 +561,16 @@ FusedSplit fused_split(int32_t n_rows, int32_t n_kv_heads, int32_t n_head_tiles,
     s.split_tokens = static_cast<int32_t>(ceil_div(ceil_div(max_context, s.n_splits), 16) * 16);
     s.n_splits = static_cast<int32_t>(ceil_div(max_context, s.split_tokens));
     return s;
+}
+
+bool use_tiled_prefill(int32_t max_seq_tokens, int32_t group, bool batch_invariant) {
+    static const bool enabled = [] {
+        const char* e = std::getenv("MVLLM_CUDA_TILED_PREFILL");
+        return !(e && std::string(e) == "0");
+    }();
+    // Batch-invariant mode keeps every row on the decode kernel's fixed splits: which kernel a
+    // prompt token meets would otherwise depend on how the scheduler chunked the batch.
+    return enabled && !batch_invariant && max_seq_tokens >= mma_prefill::min_query_tokens(group);
 }
 
 FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,

@@ -10,8 +10,11 @@
 //             F32 KV: one CTA per (query row, KV head, context split) holding up to 8 query heads
 //             of the group in registers, online softmax (base 2, f32), each K/V vector loaded
 //             once for the group; a merge kernel combines the splits.
-//             Prefill rows run the same kernel, one query row per CTA (causal: row i sees
-//             positions 0..positions[i]).
+//             F16/BF16 prefill chunks (a sequence with at least 64 / group query rows): the
+//             tiled causal flash-attention kernel of attention_prefill.cuh, the chunk's rows
+//             sharing each K/V tile of the prefix and of the chunk itself. Other prefill rows
+//             (and every row of F32 KV) run the decode kernels, one query row per CTA (causal:
+//             row i sees positions 0..positions[i]).
 //
 // q: [n_tokens][n_heads][head_dim] f32 with RoPE applied; out: same shape, F32/F16/BF16. The KV
 // cache already holds the batch's new tokens (launch_kv_store).
@@ -58,6 +61,11 @@ FusedSplit fused_split(int32_t n_rows, int32_t n_kv_heads, int32_t n_head_tiles,
 // n_slots CTAs resident at once on the device, at least min_split_tokens per split.
 FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
                      int32_t min_split_tokens);
+
+// Whether the fused F16/BF16 path sends the batch's prefill chunks to the tiled prefill kernel:
+// a sequence of the batch has at least 64 / group query rows, not batch-invariant, and
+// MVLLM_CUDA_TILED_PREFILL is not 0 (for A/B measurements).
+bool use_tiled_prefill(int32_t max_seq_tokens, int32_t group, bool batch_invariant);
 
 // seq_ctx_offset: [n_seqs] prefix sums of context_len (naive's dense offsets).
 void launch_attention(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
