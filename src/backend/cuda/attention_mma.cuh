@@ -119,70 +119,6 @@ __device__ __forceinline__ void prefetch_tile(const KT* kc, const KT* vc, const 
     }
 }
 
-// ---- the split merge ----------------------------------------------------------------------------
-
-// Run by the last CTA of a (row, head tile): merges the n_active partials (unnormalised o, base-2
-// max, sum) of its n_g heads (head rows first_head_row...) into the normalised output. The loads
-// are spread so that few wait on each other (the merge sits on the kernel's critical path): one
-// warp per head finds the max and the weighted sum (lanes over splits); then warp w sums splits
-// w, w + kWarps, ... for every (head, 4 dims) with all of a split's loads in flight together, and
-// the warps' sums meet in shared memory in a fixed order (deterministic, and a row's result
-// depends on its own splits only). smem: kWarps * kHeadTile * HD floats.
-template <int HD>
-__device__ __forceinline__ void merge_splits(const float* part_o, const float* part_ml, int64_t first_head_row,
-                                             int n_g, int32_t n_splits, int32_t n_active, float* smem, void* out,
-                                             DType out_type) {
-    __shared__ float s_max[kHeadTile], s_sum[kHeadTile];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int head = warp; head < n_g; head += kWarps) {
-        const float* ml = part_ml + (first_head_row + head) * n_splits * 2;
-        float mx = -INFINITY;
-        for (int s = lane; s < n_active; s += 32) mx = fmaxf(mx, __ldcg(ml + 2 * s));
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        float sum = 0.0f;
-        for (int s = lane; s < n_active; s += 32) sum += __ldcg(ml + 2 * s + 1) * exp2_or_zero(__ldcg(ml + 2 * s), mx);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        if (lane == 0) {
-            s_max[head] = mx;
-            s_sum[head] = sum;
-        }
-    }
-    __syncthreads();
-    constexpr int kQuads = HD / 4;                          // float4 per head row
-    constexpr int kPerLane = (kHeadTile * kQuads + 31) / 32;  // (head, quad) pairs per lane
-    float4 acc[kPerLane];
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) acc[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int s = warp; s < n_active; s += kWarps) {
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-            const int pair = lane + 32 * i, head = pair / kQuads, quad = pair % kQuads;
-            if (head >= n_g) continue;
-            const int64_t at = (first_head_row + head) * n_splits + s;
-            const float c = exp2_or_zero(__ldcg(part_ml + 2 * at), s_max[head]);
-            const float4 v = __ldcg(reinterpret_cast<const float4*>(part_o + at * HD) + quad);
-            acc[i].x += v.x * c;
-            acc[i].y += v.y * c;
-            acc[i].z += v.z * c;
-            acc[i].w += v.w * c;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-        const int pair = lane + 32 * i;
-        if (pair / kQuads < n_g) reinterpret_cast<float4*>(smem + static_cast<size_t>(warp) * kHeadTile * HD)[pair] = acc[i];
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < n_g * HD; idx += blockDim.x) {
-        float a = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) a += smem[static_cast<size_t>(w) * kHeadTile * HD + idx];
-        store_any(out, out_type, first_head_row * HD + idx, a / s_sum[idx / HD]);
-    }
-}
-
 // ---- the kernel -----------------------------------------------------------------------------------
 
 // Reads: q [n_tokens][n_heads][HD] f32 (RoPE applied), the paged K/V of the row's sequence in
@@ -419,8 +355,30 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    merge_splits<HD>(part_o, part_ml, static_cast<int64_t>(row) * n_heads + head0, n_g, n_splits, n_active,
-                     reinterpret_cast<float*>(smem), out, out_type);
+    for (int idx = threadIdx.x; idx < n_g * (HD / 4); idx += blockDim.x) {
+        const int head = idx / (HD / 4), d4 = idx % (HD / 4);
+        const int64_t head_row = static_cast<int64_t>(row) * n_heads + head0 + head;
+        const float* ml = part_ml + head_row * n_splits * 2;
+        float mx = -INFINITY;
+        for (int s = 0; s < n_active; ++s) mx = fmaxf(mx, __ldcg(ml + 2 * s));
+        float sum = 0.0f;
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+        for (int s = 0; s < n_active; ++s) {
+            const float c = exp2_or_zero(__ldcg(ml + 2 * s), mx);
+            sum += __ldcg(ml + 2 * s + 1) * c;
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(part_o + (head_row * n_splits + s) * HD) + d4);
+            a.x += v.x * c;
+            a.y += v.y * c;
+            a.z += v.z * c;
+            a.w += v.w * c;
+        }
+        const int64_t o0 = head_row * HD + d4 * 4;
+        store_any(out, out_type, o0, a.x / sum);
+        store_any(out, out_type, o0 + 1, a.y / sum);
+        store_any(out, out_type, o0 + 2, a.z / sum);
+        store_any(out, out_type, o0 + 3, a.w / sum);
+    }
     if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
 }
 
