@@ -3,7 +3,8 @@
 cuda_kernels_gemv.svg (batch-1 GEMV, % of the copy bandwidth per type and shape),
 cuda_decode.svg (decode tok/s of the committed bench decode runs against llama.cpp), and from
 the H200 runs in h200/: h200/b4a.svg (BENCHMARKS.md B4(a) decode tok/s per batch against
-llama.cpp) and h200/b3.svg (B3: decode tok/s after prompts of 128..32768 tokens).
+llama.cpp), h200/b3.svg (B3: decode tok/s after prompts of 128..32768 tokens) and
+h200/prefill/prefill.svg (prefill tok/s with the tiled prefill attention and without it).
 Usage: scripts/plot_cuda_bench.py [results_dir]"""
 import json
 import os
@@ -93,6 +94,18 @@ def plot_h200(h):
     if rows:
         bars('B3 decode tok/s (127 steps) after a prompt, batch 1, F16 KV, H200', rows, 'tok/s',
              os.path.join(h, 'b3.svg'))
+
+    rows = []
+    pre = os.path.join(h, 'prefill')
+    for geo, label in [('qwen2.5-0.5b', '0.5B q4_0'), ('qwen2.5-7b', '7B q4_0')]:
+        for prompt in (4096, 32768):
+            for suffix, how, colour in [('_tiled_off', 'decode kernel per row', '#bbb'), ('', 'tiled prefill', '#2a9d8f')]:
+                p = os.path.join(pre, f'b3_{geo}_q4_0_p{prompt}{suffix}.json')
+                if os.path.exists(p):
+                    rows.append((f'{label}, {prompt} tokens, {how}', json.load(open(p))['prefill_tok_s_median'], colour))
+    if rows:
+        bars('Prefill tok/s of one prompt, F16 KV, H200 (same call, MVLLM_CUDA_TILED_PREFILL=0 for the grey bars)',
+             rows, 'tok/s', os.path.join(pre, 'prefill.svg'))
 
 
 if __name__ == '__main__':
