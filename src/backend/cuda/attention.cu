@@ -442,8 +442,8 @@ void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
     }();
     const int32_t group = n_heads / kv.n_kv_heads;
     const float scale_log2 = scale * kLog2e;
-    int32_t skip_seq_tokens = 0;
-    int32_t decode_rows = batch.n_tokens;  // rows the decode kernel's split plan counts
+    const int32_t* rows = nullptr;         // the decode kernel's rows: all (nullptr), or the short sequences'
+    int32_t decode_rows = batch.n_tokens;  // how many
     if (use_tiled_prefill(batch.max_seq_tokens, group, batch_invariant)) {
         constexpr size_t kPrefillShared = mma_prefill::shared_bytes<HD, KT>();
         static const bool configured = [] {
@@ -453,16 +453,19 @@ void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
             return true;
         }();
         (void)configured;
-        skip_seq_tokens = mma_prefill::min_query_tokens(group);
+        const int32_t min_tokens = mma_prefill::min_query_tokens(group);
         const dim3 grid(static_cast<unsigned>(ceil_div(static_cast<int64_t>(batch.max_seq_tokens) * group,
                                                        mma_prefill::kRows)),
-                        kv.n_kv_heads, batch.n_seqs);
+                        kv.n_kv_heads, batch.n_multi_row_seqs);
         launch_pdl(mma_prefill::prefill_kernel<HD, KT>, grid, mma_prefill::kWarps * 32, kPrefillShared, stream, batch,
                    static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
-                   static_cast<const float*>(q.data), n_heads, scale_log2, skip_seq_tokens, out.data, out.type);
+                   static_cast<const float*>(q.data), n_heads, scale_log2, min_tokens, out.data, out.type);
         MVLLM_CUDA_LAUNCH_CHECK();
-        if (batch.n_seqs == 1) return;  // its one sequence was the chunk
-        decode_rows = std::max(1, batch.n_tokens - batch.max_seq_tokens);
+        // The rest: the rows of sequences shorter than a tile (a prefix of rows_by_query_len).
+        const int32_t* lens = batch.host_query_len_by_row;
+        decode_rows = static_cast<int32_t>(std::lower_bound(lens, lens + batch.n_tokens, min_tokens) - lens);
+        if (decode_rows == 0) return;
+        rows = batch.rows_by_query_len;
     }
     const int32_t n_tiles = (group + mma_decode::kHeadTile - 1) / mma_decode::kHeadTile;
     // Batch-invariant: the fixed split positions of fused_split (the in-kernel merge walks a row's
@@ -488,11 +491,11 @@ void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
         }
         counters = static_cast<int32_t*>(scratch.counters);
     }
-    const dim3 grid(batch.n_tokens, kv.n_kv_heads * n_tiles, split.n_splits);
+    const dim3 grid(decode_rows, kv.n_kv_heads * n_tiles, split.n_splits);
     launch_pdl(mma_decode::decode_kernel<HD, KT>, grid, mma_decode::kWarps * 32, kShared, stream,
         batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
         static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits, out.data,
-        out.type, part_o, part_ml, counters, skip_seq_tokens);
+        out.type, part_o, part_ml, counters, rows);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

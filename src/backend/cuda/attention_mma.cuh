@@ -124,28 +124,24 @@ __device__ __forceinline__ void prefetch_tile(const KT* kc, const KT* vc, const 
 // Reads: q [n_tokens][n_heads][HD] f32 (RoPE applied), the paged K/V of the row's sequence in
 // [split * split_tokens, min(+split_tokens, positions[row] + 1)). Writes: out (normalised) — directly
 // when n_splits == 1, else through part_o / part_ml (unnormalised o and base-2 (max, sum) per
-// split) and the split counter of the (row, head tile), which the merging CTA resets to 0. Rows of
-// sequences with at least skip_seq_tokens query rows (0: none) are left to the prefill kernel.
-// Launch: grid (n_tokens, n_kv_heads * n_head_tiles, n_splits), kWarps * 32 threads,
-// shared_bytes<HD, KT>() of dynamic shared memory.
+// split) and the split counter of the (row, head tile), which the merging CTA resets to 0. With
+// `rows`, CTA x takes batch row rows[x] (the short sequences' rows when the prefill kernel takes the
+// chunks), else row x. Launch: grid (rows ? their count : n_tokens, n_kv_heads * n_head_tiles, n_splits),
+// kWarps * 32 threads, shared_bytes<HD, KT>() of dynamic shared memory.
 template <int HD, typename KT>
 __global__ void __launch_bounds__(kWarps * 32, 1)
     decode_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv,
                   const float* q, int32_t n_heads, float scale_log2, int32_t split_tokens,
                   int32_t n_splits, void* out, DType out_type, float* part_o, float* part_ml, int32_t* counters,
-                  int32_t skip_seq_tokens) {
+                  const int32_t* rows) {
     pdl_trigger();
-    if (skip_seq_tokens > 0 && batch.seq_n_tokens[batch.row_seq[blockIdx.x]] >= skip_seq_tokens) {
-        pdl_wait();  // a grid whose CTAs all leave must still end after the kernel before it
-        return;
-    }
     static_assert(HD % 16 == 0, "head_dim must be a multiple of 16");
     constexpr int kK = HD / 16;   // k-steps of Q K^T
     constexpr int kN = HD / 8;    // n-tiles of P V
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ int s_last;
 
-    const int32_t row = blockIdx.x;
+    const int32_t row = rows ? rows[blockIdx.x] : static_cast<int32_t>(blockIdx.x);
     const int32_t group = n_heads / n_kv;
     const int32_t n_tiles = (group + kHeadTile - 1) / kHeadTile;
     const int32_t kv_head = blockIdx.y / n_tiles;

@@ -67,7 +67,9 @@ __device__ __forceinline__ void load_kv_tile(KT* sk, KT* sv, const KT* kc, const
 
 // Reads: q [n_tokens][n_heads][HD] f32 (RoPE applied), the paged K/V of each sequence with at least
 // min_tokens query rows (the K/V of the chunk itself already stored). Writes: out rows of those
-// sequences, normalised. Launch: grid (ceil(max_seq_tokens * group / kRows), n_kv, n_seqs),
+// sequences, normalised. Launch: grid (ceil(max_seq_tokens * group / kRows), n_kv,
+// n_multi_row_seqs) (z walks the batch's list of multi-row sequences, so the decode rows of a
+// mixed batch cost no CTAs here),
 // kWarps * 32 threads, shared_bytes<HD, KT>() of dynamic shared memory. Tiles are taken last
 // first (the longest K/V walks start first).
 template <int HD, typename KT>
@@ -81,7 +83,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     constexpr int kS = kKv / 8;   // n-tiles of S
     extern __shared__ __align__(16) uint8_t smem[];
 
-    const int32_t seq = blockIdx.z, kv_head = blockIdx.y;
+    const int32_t seq = batch.multi_row_seqs[blockIdx.z], kv_head = blockIdx.y;
     const int32_t n_q = batch.seq_n_tokens[seq];
     if (n_q < min_tokens) return;
     const int32_t group = n_heads / n_kv;

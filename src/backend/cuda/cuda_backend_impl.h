@@ -93,6 +93,7 @@ struct CudaBackend::Impl {
     cuda::DeviceBatch batch;
     const int64_t* seq_ctx_offset = nullptr;  // [n_seqs] device
     int64_t total_context = 0;
+    std::vector<int32_t> query_len_by_row;  // host side of batch.rows_by_query_len (see DeviceBatch)
 
     float* inv_freq = nullptr;  // [head_dim / 2] device copy of RopeParams::inv_freq
     std::vector<float> inv_freq_host;

@@ -14,6 +14,7 @@ struct DeviceBatch {
     int32_t block_size = 16;
     int32_t max_context = 0;        // longest context_len of the batch (host figure)
     int32_t max_seq_tokens = 0;     // most query rows of one sequence (host figure)
+    int32_t n_multi_row_seqs = 0;   // sequences with more than one query row (host figure)
     const int32_t* token_ids = nullptr;      // [n_tokens]
     const int32_t* positions = nullptr;      // [n_tokens]
     const int64_t* slot_mapping = nullptr;   // [n_tokens] block_id * block_size + offset
@@ -24,6 +25,13 @@ struct DeviceBatch {
     const int32_t* seq_n_tokens = nullptr;     // [n_seqs]
     const int32_t* seq_context_len = nullptr;  // [n_seqs]
     const int32_t* logit_rows = nullptr;       // [n_logit_rows]
+    const int32_t* multi_row_seqs = nullptr;   // [n_multi_row_seqs] their indices (prefill chunks)
+    // The rows ordered by their sequence's query-row count (ascending, then by row), so the rows of
+    // short sequences (decodes, verification steps) are a prefix: the decode attention kernel walks
+    // that prefix when the batch's prefill chunks go to the tiled kernel. Device [n_tokens], and
+    // on the host (valid until the next step) each of those rows' query-row count.
+    const int32_t* rows_by_query_len = nullptr;
+    const int32_t* host_query_len_by_row = nullptr;
 };
 
 // Geometry of one layer of the paged KV cache on the device:

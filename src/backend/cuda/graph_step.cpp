@@ -15,7 +15,9 @@
 //
 // A graph is dropped (and the key starts over) when a buffer it points at was reallocated since;
 // beyond kMaxGraphs graphs the least recently replayed one is dropped.
+#include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "backend/cuda/cuda_backend_impl.h"
 
@@ -28,8 +30,8 @@ size_t align8(size_t n) { return (n + 7) / 8 * 8; }
 struct MetaCapacity {
     size_t n_tokens = 0, n_seqs = 0, n_block_ids = 0, n_logits = 0;
     size_t bytes() const {
-        return align8((n_tokens) * 8) + align8(n_seqs * 8) + 3 * align8(n_tokens * 4) + align8(n_block_ids * 4) +
-               4 * align8(n_seqs * 4) + align8(n_logits * 4);
+        return align8((n_tokens) * 8) + align8(n_seqs * 8) + 4 * align8(n_tokens * 4) + align8(n_block_ids * 4) +
+               5 * align8(n_seqs * 4) + align8(n_logits * 4);
     }
 };
 
@@ -46,7 +48,7 @@ int32_t context_bucket(int32_t max_context) {
 // Packs b into host at the layout of `cap`; fills db (device pointers relative to `device`).
 // Returns the bytes to copy.
 size_t pack_batch(const Batch& b, const MetaCapacity& cap, uint8_t* host, void* device, cuda::DeviceBatch* db,
-                  const int64_t** seq_ctx_offset, int64_t* total_context) {
+                  const int64_t** seq_ctx_offset, int64_t* total_context, std::vector<int32_t>* query_len_by_row) {
     const size_t n = b.token_ids.size(), n_seqs = b.seqs.size();
     auto* d = static_cast<uint8_t*>(device);
     size_t off = 0;
@@ -57,7 +59,7 @@ size_t pack_batch(const Batch& b, const MetaCapacity& cap, uint8_t* host, void* 
         off += align8(room * elem);
         return dev;
     };
-    std::vector<int32_t> row_seq(n), sb(n_seqs), st(n_seqs), sn(n_seqs), sc(n_seqs);
+    std::vector<int32_t> row_seq(n), sb(n_seqs), st(n_seqs), sn(n_seqs), sc(n_seqs), multi;
     std::vector<int64_t> ctx_off(n_seqs);
     int32_t max_ctx = 0, max_tokens = 0;
     int64_t total = 0;
@@ -72,6 +74,7 @@ size_t pack_batch(const Batch& b, const MetaCapacity& cap, uint8_t* host, void* 
         total += q.context_len;
         max_ctx = std::max(max_ctx, q.context_len);
         max_tokens = std::max(max_tokens, q.n_tokens);
+        if (q.n_tokens > 1) multi.push_back(static_cast<int32_t>(s));
     }
     db->n_tokens = static_cast<int32_t>(n);
     db->n_seqs = static_cast<int32_t>(n_seqs);
@@ -79,6 +82,7 @@ size_t pack_batch(const Batch& b, const MetaCapacity& cap, uint8_t* host, void* 
     db->block_size = b.block_size;
     db->max_context = max_ctx;
     db->max_seq_tokens = max_tokens;
+    db->n_multi_row_seqs = static_cast<int32_t>(multi.size());
     db->slot_mapping = static_cast<const int64_t*>(put(b.slot_mapping.data(), n, cap.n_tokens, 8));
     *seq_ctx_offset = static_cast<const int64_t*>(put(ctx_off.data(), n_seqs, cap.n_seqs, 8));
     db->token_ids = static_cast<const int32_t*>(put(b.token_ids.data(), n, cap.n_tokens, 4));
@@ -90,6 +94,24 @@ size_t pack_batch(const Batch& b, const MetaCapacity& cap, uint8_t* host, void* 
     db->seq_n_tokens = static_cast<const int32_t*>(put(sn.data(), n_seqs, cap.n_seqs, 4));
     db->seq_context_len = static_cast<const int32_t*>(put(sc.data(), n_seqs, cap.n_seqs, 4));
     db->logit_rows = static_cast<const int32_t*>(put(b.logit_rows.data(), b.logit_rows.size(), cap.n_logits, 4));
+    db->multi_row_seqs = static_cast<const int32_t*>(put(multi.data(), multi.size(), cap.n_seqs, 4));
+    // Rows by their sequence's query-row count: sort the sequences (few), then list their rows.
+    // Only read when a sequence has several rows (never in a decode step, recorded or not).
+    std::vector<int32_t> rows;
+    query_len_by_row->clear();
+    if (max_tokens > 1) {
+        std::vector<int32_t> seq_order(n_seqs);
+        std::iota(seq_order.begin(), seq_order.end(), 0);
+        std::stable_sort(seq_order.begin(), seq_order.end(), [&](int32_t x, int32_t y) { return sn[x] < sn[y]; });
+        rows.reserve(n);
+        for (const int32_t s : seq_order)
+            for (int32_t i = 0; i < sn[s]; ++i) {
+                rows.push_back(st[s] + i);
+                query_len_by_row->push_back(sn[s]);
+            }
+    }
+    db->rows_by_query_len = static_cast<const int32_t*>(put(rows.data(), rows.size(), cap.n_tokens, 4));
+    db->host_query_len_by_row = query_len_by_row->data();
     *total_context = total;
     return off;
 }
@@ -115,7 +137,7 @@ void CudaBackend::begin(const Batch& b) {
     const MetaCapacity cap = capacity_of(b);
     im.ensure_meta(cap.bytes());
     const size_t bytes = pack_batch(b, cap, im.meta_host, im.meta_device, &im.batch, &im.seq_ctx_offset,
-                                    &im.total_context);
+                                    &im.total_context, &im.query_len_by_row);
     MVLLM_CUDA_OK(cudaMemcpyAsync(im.meta_device, im.meta_host, bytes, cudaMemcpyHostToDevice, im.stream));
     MVLLM_CUDA_OK(cudaEventRecord(im.meta_copied, im.stream));
     im.arena_next = 0;
@@ -173,7 +195,8 @@ bool CudaBackend::begin_step(const Batch& b, uint64_t program, KvCache& cache) {
         im.mode = StepMode::Replay;
     }
     const size_t bytes =
-        pack_batch(b, cap, im.meta_host, g->meta_device, &g->batch, &g->seq_ctx_offset, &g->total_context);
+        pack_batch(b, cap, im.meta_host, g->meta_device, &g->batch, &g->seq_ctx_offset, &g->total_context,
+                   &im.query_len_by_row);
     g->batch.max_context = bucket;
     MVLLM_CUDA_OK(cudaMemcpyAsync(g->meta_device, im.meta_host, bytes, cudaMemcpyHostToDevice, im.stream));
     MVLLM_CUDA_OK(cudaEventRecord(im.meta_copied, im.stream));
