@@ -444,7 +444,8 @@ void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
     const float scale_log2 = scale * kLog2e;
     const int32_t* rows = nullptr;         // the decode kernel's rows: all (nullptr), or the short sequences'
     int32_t decode_rows = batch.n_tokens;  // how many
-    if (use_tiled_prefill(batch.max_seq_tokens, group, batch_invariant)) {
+    constexpr int32_t kMaxGridZ = 65535;  // the prefill grid's z walks the multi-row sequences
+    if (use_tiled_prefill(batch.max_seq_tokens, group, batch_invariant) && batch.n_multi_row_seqs <= kMaxGridZ) {
         constexpr size_t kPrefillShared = mma_prefill::shared_bytes<HD, KT>();
         static const bool configured = [] {
             MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_prefill::prefill_kernel<HD, KT>,
