@@ -12,8 +12,7 @@ namespace {
 
 class Args {
 public:
-    Args(const std::string& filter, std::vector<Value>& args, Kwargs& kwargs)
-        : filter_(filter), args_(args), kwargs_(kwargs) {}
+    Args(std::vector<Value>& args, Kwargs& kwargs) : args_(args), kwargs_(kwargs) {}
     // The argument at position i (after the operand) or named `name`, else `fallback`.
     Value get(size_t i, const char* name, Value fallback = Value()) const {
         if (i < args_.size()) return args_[i];
@@ -27,7 +26,6 @@ public:
     }
 
 private:
-    const std::string& filter_;
     std::vector<Value>& args_;
     Kwargs& kwargs_;
 };
@@ -218,7 +216,7 @@ bool has_filter(const std::string& name) {
 }
 
 Value apply_filter(Evaluator& ev, const std::string& name, const Value& v, std::vector<Value>& args, Kwargs& kwargs) {
-    Args a(name, args, kwargs);
+    Args a(args, kwargs);
     if (name == "trim") {
         Value chars = a.get(0, "chars", Value::none());
         std::string set = chars.is_none() ? std::string() : chars.to_str();
