@@ -68,10 +68,9 @@ __device__ __forceinline__ void load_kv_tile(KT* sk, KT* sv, const KT* kc, const
 // Reads: q [n_tokens][n_heads][HD] f32 (RoPE applied), the paged K/V of each sequence with at least
 // min_tokens query rows (the K/V of the chunk itself already stored). Writes: out rows of those
 // sequences, normalised. Launch: grid (ceil(max_seq_tokens * group / kRows), n_kv,
-// n_multi_row_seqs) (z walks the batch's list of multi-row sequences, so the decode rows of a
-// mixed batch cost no CTAs here),
-// kWarps * 32 threads, shared_bytes<HD, KT>() of dynamic shared memory. Tiles are taken last
-// first (the longest K/V walks start first).
+// n_multi_row_seqs), kWarps * 32 threads, shared_bytes<HD, KT>() of dynamic shared memory; z walks
+// the batch's list of multi-row sequences, so the decode rows of a mixed batch cost no CTAs here.
+// Tiles are taken last first (the longest K/V walks start first).
 template <int HD, typename KT>
 __global__ void __launch_bounds__(kWarps * 32)
     prefill_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv, const float* q, int32_t n_heads,
