@@ -278,24 +278,16 @@ check('413 for a body over --max-body-bytes', async () => {
 check('full queue: 429 while 4 run and 6 wait; the accepted ones finish; nothing left afterwards', async () => {
   const before = await metrics(base);
   const body = { model: MODEL, prompt: 'Lydia ran off with', max_tokens: 300, ignore_eos: true, temperature: 0 };
-  const controllers = [];
-  const results = await Promise.allSettled(Array.from({ length: 14 }, () => {
-    const c = new AbortController();
-    controllers.push(c);
-    return client.completions.create(body, { signal: c.signal }).then((r) => {
-      // The first answers end the test: stop the others (the abort path is tested too).
-      for (const other of controllers) other.abort();
-      return r;
-    });
-  }));
+  // Every accepted request runs to its end: aborting the others once the first answer came (as this
+  // check once did) sometimes left one of the client's promises unsettled with nothing pending, and
+  // node exited silently in the middle of the check (twice under ASan in CI). The two checks below
+  // test the abort path on its own.
+  const results = await Promise.allSettled(Array.from({ length: 14 }, () => client.completions.create(body)));
   const limited = results.filter((r) => r.status === 'rejected' && r.reason instanceof OpenAI.RateLimitError);
   const done = results.filter((r) => r.status === 'fulfilled');
-  // Aborted by us: before the answer (APIUserAbortError) or while its body was read (AbortError).
-  const aborted = (e) => e instanceof OpenAI.APIUserAbortError || e?.name === 'AbortError';
-  const other = results.filter((r) => r.status === 'rejected' && !(r.reason instanceof OpenAI.RateLimitError) &&
-                                      !aborted(r.reason));
+  const other = results.filter((r) => r.status === 'rejected' && !(r.reason instanceof OpenAI.RateLimitError));
   assert(limited.length >= 4, `only ${limited.length} of 14 got 429`);
-  assert(done.length >= 1, 'no request finished');
+  assert_equal(done.length + limited.length, 14, 'answered or refused');
   assert_equal(other.map((r) => String(r.reason)), [], 'unexpected errors');
   assert_equal(limited[0].reason.code, 'queue_full', 'code');
   for (const r of done) assert_equal(r.value.usage.completion_tokens, 300, 'completion_tokens of a finished one');
