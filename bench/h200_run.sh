@@ -48,13 +48,13 @@ if has gemm; then  # the quantised tile GEMM, every variant, against cuBLAS on t
   echo "== bench kernels (GEMM) rc=$?"; cat "$LOG/gemm.log"
 fi
 if has gemmncu; then  # ncu sections of each tile-GEMM variant: q4_0 3584 -> 18944, 64 tokens
-  for v in ${GEMM_NCU_VARIANTS:-188 288 448}; do  # m tiles, warps, n tiles
+  for v in ${GEMM_NCU_VARIANTS:-428 248}; do  # row warps, k warps, n tiles
     timeout 120 ncu --kernel-name-base demangled -k "regex:Tile<.int.${v:0:1}, .int.${v:1:1}, .int.${v:2:1}>" --launch-count 1 \
       --section SpeedOfLight --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis \
       --section ComputeWorkloadAnalysis --section LaunchStats \
       $B bench kernels --device cuda --types "" --gemm-tokens 64 --gemm-types q4_0 --shapes 3584:18944 --replays 1 \
       > "$LOG/ncu_gemm_$v.txt" 2>&1
-    echo "== ncu tile variant $v (m tiles, warps, n tiles) rc=$?"
+    echo "== ncu tile variant $v (row warps, k warps, n tiles) rc=$?"
     grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|Issue Slot|Executed Ipc A|Bank|Shared Memory|L2 Hit|Block Limit|Waves Per SM|Grid Size" \
       "$LOG/ncu_gemm_$v.txt" | head -40
   done

@@ -362,12 +362,12 @@ void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up
         cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream);
         return;
     }
-    // Larger batches on quantised weights: one GEMM over the stacked F16 copies, then SwiGLU.
-    const void* stacked = stackable && cuda::choose_matmul_path(w_gate.type, x.ne[1], im.options.batch_invariant) ==
-                                      cuda::MatmulPath::GemmF16
-                              ? im.stacked_f16_copies(w_gate, w_up)
-                              : nullptr;
-    if (!stacked) {
+    // Larger batches on quantised weights: gate and up as one product (the quantised tile GEMM
+    // over both matrices, or cuBLAS over their stacked F16 copies), then SwiGLU.
+    const cuda::MatmulPath path = cuda::choose_matmul_path(w_gate.type, x.ne[1], im.options.batch_invariant);
+    const bool tiles = stackable && path == cuda::MatmulPath::GemmTiles;
+    const void* stacked = stackable && path == cuda::MatmulPath::GemmF16 ? im.stacked_f16_copies(w_gate, w_up) : nullptr;
+    if (!tiles && !stacked) {
         Backend::matmul_swiglu(w_gate, w_up, x, out, scratch);
         return;
     }
@@ -378,8 +378,11 @@ void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up
     gate_up.ne = {w.ne[1], x.ne[1], 1, 1};
     im.wrote(gate_up);
     im.wrote(out);
-    cuda::launch_matmul(w, stacked, x, TensorView{}, gate_up, cuda::GemvEpilogue::Store, nullptr, im.matmul_scratch,
-                        im.cublas, im.stream, im.n_sms, im.options.batch_invariant);
+    if (tiles)
+        cuda::launch_matmul_stacked(w_gate, w_up, x, gate_up, im.matmul_scratch, im.stream, im.n_sms);
+    else
+        cuda::launch_matmul(w, stacked, x, TensorView{}, gate_up, cuda::GemvEpilogue::Store, nullptr, im.matmul_scratch,
+                            im.cublas, im.stream, im.n_sms, im.options.batch_invariant);
     cuda::launch_silu_mul_stacked(gate_up, out, im.stream);
 }
 

@@ -1,17 +1,16 @@
-// Tensor-core GEMM on quantised weights, for prefill chunks and decode batches beyond the GEMV
-// (host launchers only):
+// Tensor-core GEMM on Q4_0 weights for decode batches beyond the GEMV (host launchers only):
 //
-//   out[t][o] (= or +=) sum_i x[t][i] * W[o][i] (+ bias[o]),   x F16 [n_tokens][n_in], W Q4_0 / Q8_0
+//   out[t][o] (= or +=) sum_i x[t][i] * W[o][i] (+ bias[o]),   x F16 [n_tokens][n_in], W Q4_0
 //
-// A CTA of 4 or 8 warps takes up to 256 rows of W and 16, 32 or 64 token columns (the variant);
-// every warp dequantises its 16-64 rows block by block straight into mma.sync A fragments (F16:
-// d * q rounded once, the values of the F16 weight copy) and multiplies them with the token tile,
-// which cp.async stages in shared memory (three stages, 128 values of K each) together with the
-// weight blocks; each token fragment loaded serves all the warp's rows. F32 accumulation. When the tiles alone
-// would leave SMs idle, K is split into slices whose partial tiles a second kernel sums in a fixed
-// order, so results do not depend on timing. The weights are read once per 64 token columns:
-// 0.56 bytes per weight for Q4_0 instead of the 2 of the F16 copy. Not yet faster than cuBLAS on
-// the F16 copies, so off by default (matmul.cuh: gemm_tiles_max_tokens; bench/NOTES.md).
+// cuBLAS on the F16 copy of a weight reads 2 bytes per weight; at 16-128 tokens that is the
+// memory wall (bench/NOTES.md). This GEMM reads the 0.56 bytes of the Q4_0 blocks instead. A CTA
+// of 4 or 8 warps takes 64 or 128 rows of W and 16, 32 or 64 tokens (the variant); cp.async stages
+// the weight blocks and the token tile in shared memory, four chunks of 128 values of K deep.
+// A warp turns each block row into mma.sync A fragments with one byte permute, four masks and
+// two half2 operations per eight values (d * (q - 8) rounded once: the values of the F16 copy),
+// and multiplies them by the token fragments (ldmatrix), F32 accumulation. When the tiles alone
+// would leave SMs idle, K is split into slices; the last CTA of a tile to finish sums the slices'
+// partial tiles in slice order (results do not depend on timing) and runs the epilogue.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,28 +22,32 @@
 
 namespace mvllm::cuda {
 
-// True for the weight types this GEMM reads (Q4_0, Q8_0).
+// True for the weight types this GEMM reads (Q4_0).
 bool gemm_tiles_supported(DType weight_type);
 
-// A CTA tile shape: `warps` warps of `m_tiles` m16 tiles each (16 m_tiles warps rows of W) and
-// n_tiles n8 tiles (8 n_tiles tokens).
+// A CTA tile shape: row_warps x k_warps warps; each row warp owns 32 rows of W (two m16 tiles),
+// the k_warps warps of a row share a chunk's blocks; n_tiles n8 tiles (8 n_tiles tokens).
 struct GemmTilesVariant {
-    int m_tiles = 2, warps = 8, n_tiles = 8;
+    int row_warps = 4, k_warps = 2, n_tiles = 8;
 };
 std::vector<GemmTilesVariant> gemm_tiles_variants();  // the shapes this build has (benchmarks, tests)
-std::string gemm_tiles_variant_name(const GemmTilesVariant& v);  // "256x64/8w2m"
+std::string gemm_tiles_variant_name(const GemmTilesVariant& v);  // "128x64/8w2k"
 GemmTilesVariant gemm_tiles_default_variant(int64_t n_tokens);  // what launch_gemm_tiles uses by default
 // Tests: every launch without an explicit variant uses *v (nullptr: the default again).
 void force_gemm_tiles_variant(const GemmTilesVariant* v);
 
-// Bytes of split-K partials launch_gemm_tiles needs for this shape (0: no split).
+// Bytes of scratch launch_gemm_tiles needs for this shape (0: no K split): the tiles' arrival
+// counters, then the slices' partial tiles. Zero it once when allocated; the kernel leaves the
+// counters at zero.
 size_t gemm_tiles_scratch_bytes(DType weight_type, int64_t n_in, int64_t n_out, int64_t n_tokens, int32_t n_sms,
                                 const GemmTilesVariant* variant = nullptr);
 
-// w: [n_out][n_in] Q4_0 / Q8_0 (device layout of weight_layout.h); x: [n_tokens][n_in] F16;
+// w: [n_out][n_in] Q4_0 (device layout of weight_layout.h); x: [n_tokens][n_in] F16;
 // out: [n_tokens][n_out] F32; bias: [n_out] F32 or nullptr; scratch: gemm_tiles_scratch_bytes;
-// variant: nullptr for gemm_tiles_default_variant(n_tokens).
+// variant: nullptr for gemm_tiles_default_variant(n_tokens). w2: a second matrix of the same type
+// and row length stacked under w (out: [n_tokens][w.ne[1] + w2.ne[1]]; gate and up in one launch).
 void launch_gemm_tiles(const TensorView& w, const TensorView& x, const float* bias, float* out, bool accumulate,
-                       void* scratch, int32_t n_sms, cudaStream_t stream, const GemmTilesVariant* variant = nullptr);
+                       void* scratch, int32_t n_sms, cudaStream_t stream, const GemmTilesVariant* variant = nullptr,
+                       const TensorView* w2 = nullptr);
 
 }  // namespace mvllm::cuda

@@ -207,6 +207,7 @@ Status run_gemm_cases(const KernelBenchOptions& o, KernelBenchReport& report, cu
                 return w;
             };
             if (status.is_ok()) {
+                if (partial) MVLLM_CUDA_CHECK(cudaMemsetAsync(partial, 0, partial_bytes, s));  // K-split counters
                 for (int c = 0; c < n_q; ++c) fill_weight(type, q + c * q_bytes, n_in, n_out, seed++, s);
                 for (int c = 0; c < n_h; ++c) launch_dequantize(weight(c % n_q, false), weight(c, true), s);
                 fill_halves_kernel<<<grid_for(n_in * max_tokens), 256, 0, s>>>(reinterpret_cast<uint8_t*>(x),

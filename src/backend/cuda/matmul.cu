@@ -90,6 +90,25 @@ void ensure(void** ptr, size_t* have, size_t need) {
 
 bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
+// The quantised tile GEMM: x converted to F16 if needed, the K-split scratch grown (and zeroed).
+void matmul_tiles(const TensorView& w, const TensorView* w2, const TensorView& x, const float* bias, float* out,
+                  bool accumulate, MatmulScratch& scratch, cudaStream_t stream, int32_t n_sms) {
+    const int64_t n_in = w.ne[0], n_out = w.ne[1] + (w2 ? w2->ne[1] : 0), n_tokens = x.ne[1];
+    TensorView xh = x;
+    if (x.type != DType::F16) {
+        ensure(&scratch.input, &scratch.input_bytes, static_cast<size_t>(n_in * n_tokens) * 2);
+        xh.type = DType::F16;
+        xh.data = scratch.input;
+        launch_convert(x, xh, stream);
+    }
+    const size_t partial_bytes = gemm_tiles_scratch_bytes(w.type, n_in, n_out, n_tokens, n_sms);
+    if (partial_bytes > scratch.partial_bytes) {  // a new buffer: its K-split counters start at zero
+        ensure(&scratch.partial, &scratch.partial_bytes, partial_bytes);
+        MVLLM_CUDA_CHECK(cudaMemsetAsync(scratch.partial, 0, scratch.partial_bytes, stream));
+    }
+    launch_gemm_tiles(w, xh, bias, out, accumulate, scratch.partial, n_sms, stream, nullptr, w2);
+}
+
 }  // namespace
 
 bool cuda_weight_type_supported(DType type) {
@@ -163,6 +182,16 @@ void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t 
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
+void launch_matmul_stacked(const TensorView& w1, const TensorView& w2, const TensorView& x, const TensorView& out,
+                           MatmulScratch& scratch, cudaStream_t stream, int32_t n_sms) {
+    MVLLM_CHECK(choose_matmul_path(w1.type, x.ne[1]) == MatmulPath::GemmTiles && w2.type == w1.type &&
+                w2.ne[0] == w1.ne[0] && x.ne[0] == w1.ne[0] && out.type == DType::F32 &&
+                out.ne[0] == w1.ne[1] + w2.ne[1] && out.ne[1] == x.ne[1])
+        << "stacked matmul: w " << shape_string(w1.ne) << " + " << shape_string(w2.ne) << " x " << shape_string(x.ne);
+    if (x.ne[1] == 0) return;
+    matmul_tiles(w1, &w2, x, nullptr, static_cast<float*>(out.data), false, scratch, stream, n_sms);
+}
+
 QxView ensure_qx(MatmulScratch& scratch, int64_t n_in, int64_t n_rows) {
     ensure(&scratch.qx, &scratch.qx_bytes, qx_bytes(n_in, n_rows));
     return qx_view(scratch.qx, n_in, n_rows);
@@ -211,16 +240,7 @@ void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, 
         return;
     }
     if (path == MatmulPath::GemmTiles) {
-        TensorView xh = x;
-        if (x.type != DType::F16) {
-            ensure(&scratch.input, &scratch.input_bytes, static_cast<size_t>(n_in * n_tokens) * 2);
-            xh.type = DType::F16;
-            xh.data = scratch.input;
-            launch_convert(x, xh, stream);
-        }
-        const size_t partial_bytes = gemm_tiles_scratch_bytes(w.type, n_in, n_out, n_tokens, n_sms);
-        if (partial_bytes) ensure(&scratch.partial, &scratch.partial_bytes, partial_bytes);
-        launch_gemm_tiles(w, xh, bias_p, o, accumulate, scratch.partial, n_sms, stream);
+        matmul_tiles(w, nullptr, x, bias_p, o, accumulate, scratch, stream, n_sms);
         return;
     }
     // GEMM: column-major view, C[n_out x n_tokens] = W^T(op) [n_out x n_in] * X [n_in x n_tokens].

@@ -60,6 +60,11 @@ void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, 
                    GemvEpilogue epilogue, const QxView* qx, MatmulScratch& scratch, cublasHandle_t cublas,
                    cudaStream_t stream, int32_t n_sms, bool batch_invariant = false);
 
+// out[n_tokens][n1 + n2] = x . [W1; W2]^T: two matrices of one type and row length as one product
+// (gate and up), for row counts whose path is MatmulPath::GemmTiles.
+void launch_matmul_stacked(const TensorView& w1, const TensorView& w2, const TensorView& x, const TensorView& out,
+                           MatmulScratch& scratch, cudaStream_t stream, int32_t n_sms);
+
 // The scratch QX buffer for n_rows x n_in (grown on demand; growth synchronises the device).
 QxView ensure_qx(MatmulScratch& scratch, int64_t n_in, int64_t n_rows);
 
