@@ -41,13 +41,21 @@ __device__ __forceinline__ void q4_0_fragment(const uint4& body, uint16_t d_bits
         }
 }
 
+// c += a * b for one m16n8k16 tile (F16 in, F32 accumulators). Not volatile, unlike mma_ptx.cuh's:
+// the compiler may interleave independent MMAs with the dequantisation and the loads.
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // The CTA tile: RowWarps x KWarps warps. Warp (rw, kw) owns kMTiles m16 tiles of W rows (rows
 // 32 rw .. 32 rw + 31 of the CTA's) and, of every chunk, the blocks b with b % KWarps == kw; all
 // warps take all NTiles n8 tiles of tokens, so each token fragment read from shared memory feeds
 // 2 kMTiles MMAs. The KWarps partial sums of a row meet in shared memory at the end.
-template <int RowWarps, int KWarps, int NTiles>
+template <int RowWarps, int KWarps, int NTiles, int MinCtas>
 struct Tile {
-    static constexpr int kRowWarps = RowWarps, kKWarps = KWarps, kNTiles = NTiles;
+    static constexpr int kRowWarps = RowWarps, kKWarps = KWarps, kNTiles = NTiles, kMinCtas = MinCtas;
     static constexpr int kWarps = RowWarps * KWarps;
     static constexpr int kRows = 16 * kMTiles * RowWarps;
     static constexpr int kTokens = 8 * NTiles;
@@ -78,7 +86,7 @@ __device__ __forceinline__ void cp_async8(void* dst, const void* src, int src_by
 // bytes of dynamic shared memory, counters zero. Blocks past the end of a row are staged as zeros
 // (scale 0, x 0), so they add nothing; rows past n_out repeat the last row and are not written.
 template <class Sh>
-__global__ void __launch_bounds__(Sh::kThreads, Sh::kThreads <= 128 ? 4 : 2)
+__global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
     gemm_tiles_kernel(QuantMatrix w, QuantMatrix w2, int64_t n_out1, const __half* x, int64_t n_in, int64_t n_out, int n_tokens,
                       int64_t chunks_per_slice, const float* bias, float* out, int accumulate, float* partial,
                       unsigned* counters) {
@@ -176,15 +184,22 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kThreads <= 128 ? 4 : 2)
                     a[mt][ks][3] = hi[ks][1];
                 }
             }
+            // Token fragments in groups of kGroup n tiles; within a group the MMAs go step by step, so
+            // the two that share an accumulator are 2 kGroup MMAs apart (mma.sync's latency is ~4 issues).
+            constexpr int kGroup = NT < 4 ? NT : 4;
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                uint32_t bf[4];  // k 0-7, 8-15, 16-23, 24-31 of the block for tokens nt * 8 .. + 7
-                ldmatrix_x4(bf, &s.x[nt * 8 + (lane & 7)][b * 32 + (lane >> 3) * 8]);
+            for (int n0 = 0; n0 < NT; n0 += kGroup) {
+                uint32_t bf[kGroup][4];  // k 0-7, 8-15, 16-23, 24-31 of the block for tokens (n0 + j) 8 .. + 7
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    mma<__half>(acc[mt][nt], a[mt][0], bf[0], bf[1]);
-                    mma<__half>(acc[mt][nt], a[mt][1], bf[2], bf[3]);
-                }
+                for (int j = 0; j < kGroup; ++j)
+                    ldmatrix_x4(bf[j], &s.x[(n0 + j) * 8 + (lane & 7)][b * 32 + (lane >> 3) * 8]);
+#pragma unroll
+                for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int j = 0; j < kGroup; ++j)
+                            mma_f16(acc[mt][n0 + j], a[mt][ks], bf[j][2 * ks], bf[j][2 * ks + 1]);
             }
         }
     }
@@ -271,11 +286,11 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kThreads <= 128 ? 4 : 2)
 }
 
 // The instantiated tile shapes, in the order of gemm_tiles_variants().
-using TileA = Tile<4, 2, 8>;  // 128 rows x 64 tokens, 8 warps, K of a chunk split over 2 warps
-using TileB = Tile<2, 4, 8>;  // 64 x 64, 8 warps (4 per row tile)
-using TileC = Tile<4, 1, 8>;  // 128 x 64, 4 warps
-using TileD = Tile<4, 2, 4>;  // 128 x 32
-using TileE = Tile<4, 2, 2>;  // 128 x 16
+using TileA = Tile<4, 2, 8, 2>;  // 128 rows x 64 tokens, 8 warps, a chunk's blocks split over 2 warps; 2 CTAs per SM
+using TileB = Tile<8, 1, 8, 1>;  // 256 x 64, 8 warps of up to 255 registers; 1 CTA per SM
+using TileC = Tile<2, 4, 8, 2>;  // 64 x 64, 8 warps (4 per row tile)
+using TileD = Tile<4, 2, 4, 2>;  // 128 x 32
+using TileE = Tile<4, 2, 2, 2>;  // 128 x 16
 constexpr int kVariants = 5;
 
 template <class Sh>
@@ -331,8 +346,9 @@ struct Plan {
     size_t counter_bytes = 0, partial_bytes = 0;
 };
 
-// K slices: the fewest waves of CTAs times chunks per CTA (the critical path, in chunks), plus a
-// quarter chunk per slice for the last CTA's sum; ties go to fewer slices. Only grids of at most
+// K slices: the fewest waves of CTAs times chunks per CTA plus one for the pipeline's fill (the
+// critical path, in chunks), plus half a chunk per slice for the last CTA's sum; ties go to fewer
+// slices. Only grids of at most
 // kMaxSplitTiles tiles are split (more tiles fill the SMs anyway), so the counters have a fixed
 // place at the start of the scratch, apart from the partial tiles of any shape.
 constexpr int64_t kMaxSplitTiles = 4096;
@@ -352,7 +368,8 @@ Plan plan(const GemmTilesVariant& v, int64_t n_in, int64_t n_out, int64_t n_toke
     double best_cost = 1e30;
     for (int64_t s = 1; s <= max_slices; ++s) {
         const int64_t per = ceil_div(chunks, s), used = ceil_div(chunks, per);
-        const double cost = static_cast<double>(ceil_div(tiles * used, slots) * per) + 0.25 * static_cast<double>(used - 1);
+        const double cost =
+            static_cast<double>(ceil_div(tiles * used, slots) * (per + 1)) + 0.5 * static_cast<double>(used - 1);
         if (cost < best_cost - 1e-9) {
             best_cost = cost;
             p.slices = used;
