@@ -49,7 +49,7 @@ if has gemm; then  # the quantised tile GEMM, every variant, against cuBLAS on t
 fi
 if has gemmncu; then  # ncu sections of each tile-GEMM variant: q4_0 3584 -> 18944, 64 tokens
   for v in ${GEMM_NCU_VARIANTS:-428 248}; do  # row warps, k warps, n tiles
-    timeout 120 ncu --kernel-name-base demangled -k "regex:Tile<.int.${v:0:1}, .int.${v:1:1}, .int.${v:2:1}>" --launch-count 1 \
+    timeout 120 ncu --kernel-name-base demangled -k "regex:Tile<.int.${v:0:1}, .int.${v:1:1}, .int.${v:2:1}, " --launch-count 1 \
       --section SpeedOfLight --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis \
       --section ComputeWorkloadAnalysis --section LaunchStats \
       $B bench kernels --device cuda --types "" --gemm-tokens 64 --gemm-types q4_0 --shapes 3584:18944 --replays 1 \

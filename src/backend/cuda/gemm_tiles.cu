@@ -101,43 +101,75 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
     const int rw = warp / KW, kw = warp % KW;
     const int64_t cta_row0 = static_cast<int64_t>(blockIdx.x) * Sh::kRows;
     const int t0 = blockIdx.y * Sh::kTokens;
-    const int64_t n_blocks = n_in / 32;
-    const int64_t c_begin = blockIdx.z * chunks_per_slice;
-    const int64_t c_end = min(c_begin + chunks_per_slice, (n_in + kChunkK - 1) / kChunkK);
+    const int n_blocks = static_cast<int>(n_in / 32);
+    const int c_begin = static_cast<int>(blockIdx.z * chunks_per_slice);
+    const int c_end = static_cast<int>(min(static_cast<int64_t>(c_begin) + chunks_per_slice, (n_in + kChunkK - 1) / kChunkK));
     const bool scales_aligned = w.blocks_per_row % kChunkBlocks == 0;  // 8-byte cp.async of a row's 4 scales
 
+    // What this thread copies, fixed for the CTA (item j of a kind is p = threadIdx.x + j kThreads):
+    // weight item p = block p % 4 of row p / 4 (a pointer at chunk c_begin, null past n_out); the
+    // scales of row threadIdx.x; token item p = piece p % 16 of token p / 16 (an offset into x at
+    // chunk c_begin, -1 past n_tokens). Each chunk adds a constant, so staging a chunk is a few
+    // additions per copy.
+    constexpr int kWItems = Sh::kRows * kChunkBlocks / Sh::kThreads;
+    constexpr int kXItems = Sh::kTokens * (kChunkK / 8) / Sh::kThreads;
+    static_assert(kWItems >= 1 && kXItems >= 1 && Sh::kThreads % 16 == 0, "staging items per thread");
+    const int my_b = threadIdx.x % kChunkBlocks, my_piece = threadIdx.x % (kChunkK / 8);
+    auto row_body = [&](int64_t row) -> const uint8_t* {
+        if (row >= n_out) return nullptr;
+        return row < n_out1 ? w.body + row * w.blocks_per_row * 16 : w2.body + (row - n_out1) * w.blocks_per_row * 16;
+    };
+    const uint8_t* wsrc[kWItems];
+#pragma unroll
+    for (int j = 0; j < kWItems; ++j) {
+        const uint8_t* body = row_body(cta_row0 + (threadIdx.x + j * Sh::kThreads) / kChunkBlocks);
+        wsrc[j] = body ? body + (static_cast<int64_t>(c_begin) * kChunkBlocks + my_b) * 16 : nullptr;
+    }
+    const uint16_t* ssrc = nullptr;
+    if (threadIdx.x < Sh::kRows && cta_row0 + threadIdx.x < n_out) {
+        const int64_t row = cta_row0 + threadIdx.x;
+        ssrc = (row < n_out1 ? reinterpret_cast<const uint16_t*>(w.scales) + row * w.blocks_per_row
+                             : reinterpret_cast<const uint16_t*>(w2.scales) + (row - n_out1) * w.blocks_per_row) +
+               static_cast<int64_t>(c_begin) * kChunkBlocks;
+    }
+    int xoff[kXItems];
+#pragma unroll
+    for (int j = 0; j < kXItems; ++j) {
+        const int tok = t0 + (threadIdx.x + j * Sh::kThreads) / (kChunkK / 8);
+        xoff[j] = tok < n_tokens ? static_cast<int>(tok * n_in + static_cast<int64_t>(c_begin) * kChunkK + my_piece * 8) : -1;
+    }
+
     // The weights and scales of chunk c (no kernel of a step writes them: staged before pdl_wait).
-    auto stage_weights = [&](int64_t c, int buf) {
+    auto stage_weights = [&](int c, int buf) {
         St& s = st[buf];
-        for (int p = threadIdx.x; p < Sh::kRows * kChunkBlocks; p += Sh::kThreads) {
-            const int r = p / kChunkBlocks, b = p % kChunkBlocks;
-            const int64_t blk = c * kChunkBlocks + b;
-            const int64_t row = min(cta_row0 + r, n_out - 1);
-            const bool valid = blk < n_blocks;
-            const uint8_t* body = row < n_out1 ? w.body + row * w.blocks_per_row * 16 : w2.body + (row - n_out1) * w.blocks_per_row * 16;
-            cp_async16(&s.w[r][b * 16], valid ? body + blk * 16 : w.body, valid);
+        const int dc = c - c_begin;
+        const bool whole = (c + 1) * kChunkBlocks <= n_blocks;  // only a row's last chunk may be partial
+#pragma unroll
+        for (int j = 0; j < kWItems; ++j) {
+            const bool valid = wsrc[j] && (whole || c * kChunkBlocks + my_b < n_blocks);
+            cp_async16(&s.w[(threadIdx.x + j * Sh::kThreads) / kChunkBlocks][my_b * 16],
+                       valid ? wsrc[j] + dc * (kChunkBlocks * 16) : w.body, valid);
         }
-        const int64_t blk0 = c * kChunkBlocks;
-        const int n_valid = static_cast<int>(min(static_cast<int64_t>(kChunkBlocks), n_blocks - blk0));
-        for (int r = threadIdx.x; r < Sh::kRows; r += Sh::kThreads) {
-            const int64_t row = min(cta_row0 + r, n_out - 1);
-            const uint16_t* src = row < n_out1 ? reinterpret_cast<const uint16_t*>(w.scales) + row * w.blocks_per_row + blk0
-                                               : reinterpret_cast<const uint16_t*>(w2.scales) + (row - n_out1) * w.blocks_per_row + blk0;
+        if (threadIdx.x < Sh::kRows) {
+            const int n_valid = ssrc ? min(kChunkBlocks, n_blocks - c * kChunkBlocks) : 0;
             if (scales_aligned) {
-                cp_async8(&s.d[r][0], src, 2 * n_valid);
+                cp_async8(&s.d[threadIdx.x][0], n_valid ? ssrc + dc * kChunkBlocks : reinterpret_cast<const uint16_t*>(w.scales),
+                          2 * n_valid);
             } else {  // rows of other lengths: plain loads, visible after the barrier that precedes their use
 #pragma unroll
-                for (int j = 0; j < kChunkBlocks; ++j) s.d[r][j] = j < n_valid ? __ldg(src + j) : 0;
+                for (int j = 0; j < kChunkBlocks; ++j) s.d[threadIdx.x][j] = j < n_valid ? __ldg(ssrc + dc * kChunkBlocks + j) : 0;
             }
         }
     };
-    auto stage_tokens = [&](int64_t c, int buf) {
+    auto stage_tokens = [&](int c, int buf) {
         St& s = st[buf];
-        for (int p = threadIdx.x; p < Sh::kTokens * (kChunkK / 8); p += Sh::kThreads) {
-            const int tok = p / (kChunkK / 8), piece = p % (kChunkK / 8);
-            const int64_t k = c * kChunkK + piece * 8;
-            const bool valid = t0 + tok < n_tokens && k < n_in;
-            cp_async16(&s.x[tok][piece * 8], valid ? x + static_cast<int64_t>(t0 + tok) * n_in + k : x, valid);
+        const int dk = (c - c_begin) * kChunkK;
+        const bool whole = (c + 1) * static_cast<int64_t>(kChunkK) <= n_in;
+#pragma unroll
+        for (int j = 0; j < kXItems; ++j) {
+            const bool valid = xoff[j] >= 0 && (whole || c * static_cast<int64_t>(kChunkK) + my_piece * 8 < n_in);
+            cp_async16(&s.x[(threadIdx.x + j * Sh::kThreads) / (kChunkK / 8)][my_piece * 8], valid ? x + xoff[j] + dk : x,
+                       valid);
         }
     };
 
@@ -155,12 +187,12 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
     }
 
     float acc[MT][NT][4] = {};
-    for (int64_t c = c_begin; c < c_end; ++c) {
-        const int buf = static_cast<int>((c - c_begin) % kStages);
+    for (int c = c_begin; c < c_end; ++c) {
+        const int buf = (c - c_begin) % kStages;
         cp_async_wait<kStages - 2>();
         __syncthreads();  // chunk c is visible to all; every warp is done with chunk c - 1's buffer
         if (c + kStages - 1 < c_end) {
-            const int next = static_cast<int>((c - c_begin + kStages - 1) % kStages);
+            const int next = (c - c_begin + kStages - 1) % kStages;
             stage_weights(c + kStages - 1, next);
             stage_tokens(c + kStages - 1, next);
         }
@@ -425,6 +457,7 @@ void launch_gemm_tiles(const TensorView& w, const TensorView& x, const float* bi
     MVLLM_CHECK(gemm_tiles_supported(w.type) && x.type == DType::F16 && x.ne[0] == n_in && n_in % 32 == 0)
         << "gemm_tiles: " << type_name(w.type) << " x " << type_name(x.type);
     MVLLM_CHECK(!w2 || (w2->type == w.type && w2->ne[0] == n_in)) << "gemm_tiles: the stacked matrices differ";
+    MVLLM_CHECK(n_tokens * n_in < (int64_t{1} << 31)) << "gemm_tiles: " << n_tokens << " x " << n_in << " inputs";
     if (n_tokens == 0) return;
     const Plan p = plan(variant ? *variant : gemm_tiles_default_variant(n_tokens), n_in, n_out, n_tokens, n_sms);
     MVLLM_CHECK(p.slices == 1 || scratch) << "gemm_tiles: split-K scratch missing";
