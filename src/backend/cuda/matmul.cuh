@@ -6,8 +6,8 @@
 // short predicate chain (choose_matmul_path): up to kGemvMaxTokens rows the GEMV of gemv.cuh
 // (each weight read once, 16-byte loads, dp4a on the QX activation for quantised weights); beyond
 // that the weight's F16 copy (or, without one, the weight dequantised into scratch) and cuBLAS run
-// the GEMM (or, when enabled, up to gemm_tiles_max_tokens() rows of Q4_0 / Q8_0, the quantised
-// tensor-core GEMM of gemm_tiles.cuh) (F16 operands with
+// the GEMM (or, up to gemm_tiles_max_tokens() rows of Q4_0, the quantised tensor-core GEMM of
+// gemm_tiles.cuh) (F16 operands with
 // F32 accumulation for F16 and quantised weights; F32 throughout for F32 and BF16 weights, so F32
 // models stay exact). The epilogue may add the product to out (the residual add).
 #pragma once
@@ -24,9 +24,11 @@ namespace mvllm::cuda {
 constexpr int64_t kGemvMaxTokens = kGemvMaxColumns;
 
 enum class MatmulPath { Gemv, GemmTiles, GemmF16, GemmF32 };
-// Rows up to which Q4_0 / Q8_0 weights take the quantised tile GEMM instead of cuBLAS on their
-// F16 copies. 0 by default: on the H200 the tile GEMM is still about half as fast as cuBLAS for
-// 16-256 rows (bench/NOTES.md); MVLLM_GEMM_TILES_MAX_ROWS=N (or the setter) turns it on.
+// Rows up to which Q4_0 weights take the quantised tile GEMM instead of cuBLAS on their F16
+// copies. 0 by default: at 9-16 rows the tile GEMM beats cuBLAS only on the large 7B matrices
+// (gate/up, down) and loses on the small ones and on every 0.5B matrix; from 32 rows on cuBLAS
+// wins everywhere (bench/NOTES.md, eighth session). MVLLM_GEMM_TILES_MAX_ROWS=N (or the setter)
+// turns it on.
 constexpr int64_t kGemmTilesMaxTokens = 0;
 int64_t gemm_tiles_max_tokens();
 void set_gemm_tiles_max_tokens(int64_t n);  // tests and benchmarks
