@@ -96,13 +96,15 @@ if has throughput; then  # B4(a) with F16 KV and activations (llama.cpp's defaul
     f=$(model $p q4_0)
     for n in ${B4_SIZES:-1 16 64 256}; do
       [ $p = qwen2.5-7b ] && [ $n = 256 ] && continue
+      # B4_TILES: MVLLM_GEMM_TILES_MAX_ROWS values to run ("default": unset, the built-in rule).
       # B4_AB=1: also with the quantised tile GEMM instead of cuBLAS on the F16 copies. Every prompt
       # is prefilled in one step (--max-batched-tokens B x 512), then all B sequences decode in
       # lockstep, as llama-batched-bench runs them.
       for tiles in ${B4_TILES:-0} ${B4_AB:+256}; do
         for e in $(variants); do
           x=$(suffix $e)
-          with_env $e env MVLLM_GEMM_TILES_MAX_ROWS=$tiles MVLLM_CUDA_STEP_TIMING=1 timeout 150 $B bench throughput \
+          tenv=MVLLM_GEMM_TILES_MAX_ROWS=$tiles; [ $tiles = default ] && tenv=MVLLM_GEMM_TILES_DEFAULT=1
+          with_env $e env $tenv MVLLM_CUDA_STEP_TIMING=1 timeout 150 $B bench throughput \
             -m "$f" --device cuda --num-requests $n \
             --max-seqs $n --input-len 512 --output-len 256 --max-batched-tokens $((n * 512)) --kv-cache-memory 90% \
             --kv-dtype f16 --activation-dtype f16 --json-out "$LOG/b4a_${p}_b${n}_tiles$tiles$x.json" \

@@ -141,7 +141,7 @@ TEST(CudaOps, QuantisedTileGemmLargeShapes) {
     struct Shape {
         int64_t n_in, n_out;
     };
-    const int64_t saved_max = cuda::gemm_tiles_max_tokens();
+    const int64_t saved_max = cuda::gemm_tiles_max_tokens(), saved_min = cuda::gemm_tiles_min_weights();
     cuda::set_gemm_tiles_max_tokens(256);  // whatever the default
     uint64_t seed = 500;
     for (DType type : {DType::Q4_0}) {
@@ -192,7 +192,26 @@ TEST(CudaOps, QuantisedTileGemmLargeShapes) {
             }
         }
     }
-    cuda::set_gemm_tiles_max_tokens(saved_max);
+    cuda::set_gemm_tiles_max_tokens(saved_max, saved_min);
+}
+
+// The default rule for the quantised tile GEMM: Q4_0 at 9-16 rows on large matrices only (the 7B
+// gate/up and down products), cuBLAS on the F16 copies for small matrices and more rows.
+TEST(CudaOps, TileGemmRuleTakesLargeQ4_0MatricesAt9To16Rows) {
+    const int64_t saved_max = cuda::gemm_tiles_max_tokens(), saved_min = cuda::gemm_tiles_min_weights();
+    cuda::set_gemm_tiles_max_tokens(cuda::kGemmTilesMaxTokens, cuda::kGemmTilesMinWeights);
+    const int64_t down = 18944 * 3584, gate_up = 2 * down, qkv = 3584 * 4608, small_gate_up = 2 * 896 * 4864;
+    for (int64_t n : {9, 16}) {
+        EXPECT_EQ(cuda::choose_matmul_path(DType::Q4_0, n, false, down), cuda::MatmulPath::GemmTiles) << n;
+        EXPECT_EQ(cuda::choose_matmul_path(DType::Q4_0, n, false, gate_up), cuda::MatmulPath::GemmTiles) << n;
+        EXPECT_EQ(cuda::choose_matmul_path(DType::Q4_0, n, false, qkv), cuda::MatmulPath::GemmF16) << n;
+        EXPECT_EQ(cuda::choose_matmul_path(DType::Q4_0, n, false, small_gate_up), cuda::MatmulPath::GemmF16) << n;
+        EXPECT_EQ(cuda::choose_matmul_path(DType::Q4_K, n, false, down), cuda::MatmulPath::GemmF16) << n;
+        EXPECT_EQ(cuda::choose_matmul_path(DType::Q4_0, n, true, down), cuda::MatmulPath::Gemv) << n;
+    }
+    EXPECT_EQ(cuda::choose_matmul_path(DType::Q4_0, 8, false, down), cuda::MatmulPath::Gemv);
+    EXPECT_EQ(cuda::choose_matmul_path(DType::Q4_0, 17, false, down), cuda::MatmulPath::GemmF16);
+    cuda::set_gemm_tiles_max_tokens(saved_max, saved_min);
 }
 
 // The fused forms against their definitions on the CPU reference: acc += W x (the residual add
@@ -214,7 +233,7 @@ TEST(CudaOps, FusedMatmulsMatchReference) {
         // 12 rows: the first GEMM-sized call stacks the F16 copies of gate and up; 16: stacked already.
         // Q4_0 runs the GEMM-sized rows twice more on the quantised tile GEMM (gate and up as one
         // launch, the 200-row boundary inside a row tile).
-        const int64_t saved_max = cuda::gemm_tiles_max_tokens();
+        const int64_t saved_max = cuda::gemm_tiles_max_tokens(), saved_min = cuda::gemm_tiles_min_weights();
         for (int64_t n_tokens : {1, 3, 8, 12, 16, -12, -16}) {
             cuda::set_gemm_tiles_max_tokens(n_tokens < 0 ? 256 : 0);
             if (n_tokens < 0 && type != DType::Q4_0) continue;
@@ -247,7 +266,7 @@ TEST(CudaOps, FusedMatmulsMatchReference) {
             EXPECT_LE(rel_max_error(got_h, ref_h), tol) << "matmul_swiglu " << type_name(type) << " tokens " << n_tokens
                                                         << " path " << cuda::matmul_path_name(path);
         }
-        cuda::set_gemm_tiles_max_tokens(saved_max);
+        cuda::set_gemm_tiles_max_tokens(saved_max, saved_min);
     }
 }
 

@@ -364,7 +364,8 @@ void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up
     }
     // Larger batches on quantised weights: gate and up as one product (the quantised tile GEMM
     // over both matrices, or cuBLAS over their stacked F16 copies), then SwiGLU.
-    const cuda::MatmulPath path = cuda::choose_matmul_path(w_gate.type, x.ne[1], im.options.batch_invariant);
+    const cuda::MatmulPath path =
+        cuda::choose_matmul_path(w_gate.type, x.ne[1], im.options.batch_invariant, 2 * w_gate.ne[0] * w_gate.ne[1]);
     const bool tiles = stackable && path == cuda::MatmulPath::GemmTiles;
     const void* stacked = stackable && path == cuda::MatmulPath::GemmF16 ? im.stacked_f16_copies(w_gate, w_up) : nullptr;
     if (!tiles && !stacked) {

@@ -119,20 +119,31 @@ bool cuda_weight_type_supported(DType type) {
     }
 }
 
-std::atomic<int64_t>& tiles_max_tokens() {
-    static std::atomic<int64_t> v{[] {
+// The tile GEMM's rule: {max rows, min weights}. The default, or MVLLM_GEMM_TILES_MAX_ROWS=N
+// (N rows, any size).
+struct TilesRule {
+    std::atomic<int64_t> max_tokens, min_weights;
+};
+TilesRule& tiles_rule() {
+    static TilesRule r{[] {
         const char* e = std::getenv("MVLLM_GEMM_TILES_MAX_ROWS");
         return e ? std::max<int64_t>(0, std::atoll(e)) : kGemmTilesMaxTokens;
-    }()};
-    return v;
+    }(), std::getenv("MVLLM_GEMM_TILES_MAX_ROWS") ? 0 : kGemmTilesMinWeights};
+    return r;
 }
 
-int64_t gemm_tiles_max_tokens() { return tiles_max_tokens().load(); }
-void set_gemm_tiles_max_tokens(int64_t n) { tiles_max_tokens().store(std::max<int64_t>(0, n)); }
+int64_t gemm_tiles_max_tokens() { return tiles_rule().max_tokens.load(); }
+int64_t gemm_tiles_min_weights() { return tiles_rule().min_weights.load(); }
+void set_gemm_tiles_max_tokens(int64_t n, int64_t min_weights) {
+    tiles_rule().max_tokens.store(std::max<int64_t>(0, n));
+    tiles_rule().min_weights.store(std::max<int64_t>(0, min_weights));
+}
 
-MatmulPath choose_matmul_path(DType weight_type, int64_t n_tokens, bool batch_invariant) {
+MatmulPath choose_matmul_path(DType weight_type, int64_t n_tokens, bool batch_invariant, int64_t n_weights) {
     if (batch_invariant || n_tokens <= kGemvMaxTokens) return MatmulPath::Gemv;
-    if (gemm_tiles_supported(weight_type) && n_tokens <= gemm_tiles_max_tokens()) return MatmulPath::GemmTiles;
+    const TilesRule& tiles = tiles_rule();
+    if (gemm_tiles_supported(weight_type) && n_tokens <= tiles.max_tokens.load() && n_weights >= tiles.min_weights.load())
+        return MatmulPath::GemmTiles;
     if (weight_type == DType::F32 || weight_type == DType::BF16) return MatmulPath::GemmF32;
     return MatmulPath::GemmF16;
 }
@@ -184,7 +195,8 @@ void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t 
 
 void launch_matmul_stacked(const TensorView& w1, const TensorView& w2, const TensorView& x, const TensorView& out,
                            MatmulScratch& scratch, cudaStream_t stream, int32_t n_sms) {
-    MVLLM_CHECK(choose_matmul_path(w1.type, x.ne[1]) == MatmulPath::GemmTiles && w2.type == w1.type &&
+    MVLLM_CHECK(choose_matmul_path(w1.type, x.ne[1], false, w1.ne[0] * (w1.ne[1] + w2.ne[1])) == MatmulPath::GemmTiles &&
+                w2.type == w1.type &&
                 w2.ne[0] == w1.ne[0] && x.ne[0] == w1.ne[0] && out.type == DType::F32 &&
                 out.ne[0] == w1.ne[1] + w2.ne[1] && out.ne[1] == x.ne[1])
         << "stacked matmul: w " << shape_string(w1.ne) << " + " << shape_string(w2.ne) << " x " << shape_string(x.ne);
@@ -209,7 +221,7 @@ void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, 
     MVLLM_CHECK(!bias.data || bias.type == DType::F32) << "bias type";
     const bool accumulate = epilogue == GemvEpilogue::Accumulate;
     float* o = static_cast<float*>(out.data);
-    const MatmulPath path = choose_matmul_path(w.type, n_tokens, batch_invariant);
+    const MatmulPath path = choose_matmul_path(w.type, n_tokens, batch_invariant, n_in * n_out);
     if (path == MatmulPath::Gemv) {
         // Any row count (batch-invariant mode): the GEMV launchers run slices of kGemvMaxColumns.
         if (gemv_uses_qx(w.type)) {

@@ -15,6 +15,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "backend/cuda/gemm_tuned.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "core/tensor.h"
@@ -24,18 +26,23 @@ namespace mvllm::cuda {
 constexpr int64_t kGemvMaxTokens = kGemvMaxColumns;
 
 enum class MatmulPath { Gemv, GemmTiles, GemmF16, GemmF32 };
-// Rows up to which Q4_0 weights take the quantised tile GEMM instead of cuBLAS on their F16
-// copies. 0 by default: at 9-16 rows the tile GEMM beats cuBLAS only on the large 7B matrices
-// (gate/up, down) and loses on the small ones and on every 0.5B matrix; from 32 rows on cuBLAS
-// wins everywhere (bench/NOTES.md, eighth session). MVLLM_GEMM_TILES_MAX_ROWS=N (or the setter)
-// turns it on.
-constexpr int64_t kGemmTilesMaxTokens = 0;
+// When Q4_0 weights take the quantised tile GEMM instead of cuBLAS on their F16 copies: up to
+// kGemmTilesMaxTokens rows, on matrices of at least kGemmTilesMinWeights weights. At 9-16 rows
+// the tile GEMM beats cuBLAS on the 7B gate/up and down matrices (18944 x 3584: 30 against 38 us)
+// and loses on the smaller ones (QKV, O, every 0.5B matrix); from 32 rows on cuBLAS wins
+// everywhere (bench/NOTES.md, eighth session). MVLLM_GEMM_TILES_MAX_ROWS=N (or the setter)
+// replaces the rule: up to N rows, every matrix size (0: never).
+constexpr int64_t kGemmTilesMaxTokens = 16;
+constexpr int64_t kGemmTilesMinWeights = int64_t{32} << 20;
 int64_t gemm_tiles_max_tokens();
-void set_gemm_tiles_max_tokens(int64_t n);  // tests and benchmarks
+int64_t gemm_tiles_min_weights();
+void set_gemm_tiles_max_tokens(int64_t n, int64_t min_weights = 0);  // tests and benchmarks
 // batch_invariant: the GEMV for every n_tokens (in slices of kGemvMaxTokens columns), whose
 // per-column reduction order does not depend on the column count; cuBLAS picks its algorithm
-// (and split-K) by shape, so a row's rounding would depend on the batch.
-MatmulPath choose_matmul_path(DType weight_type, int64_t n_tokens, bool batch_invariant = false);
+// (and split-K) by shape, so a row's rounding would depend on the batch. n_weights: n_in x n_out
+// of the product (both matrices when gate and up are one product).
+MatmulPath choose_matmul_path(DType weight_type, int64_t n_tokens, bool batch_invariant = false,
+                              int64_t n_weights = INT64_MAX);
 const char* matmul_path_name(MatmulPath path);
 
 // Device scratch of the GEMM paths, grown on demand (growth synchronises the device).
