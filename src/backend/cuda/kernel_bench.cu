@@ -232,7 +232,8 @@ Status run_gemm_cases(const KernelBenchOptions& o, KernelBenchReport& report, cu
                 cublas_gemm(0);
                 const std::vector<float> ref = to_host(out, static_cast<size_t>(n_out) * nt, s);
                 float ref_max = 0;
-                for (float v : ref) ref_max = std::max(ref_max, std::fabs(v));
+                for (float v : ref)  // a NaN makes ref_max NaN (std::max would drop it)
+                    if (!(std::fabs(v) <= ref_max)) ref_max = std::fabs(v);
                 GemmBenchCase c;
                 c.type = type;
                 c.n_in = n_in;
@@ -252,7 +253,7 @@ Status run_gemm_cases(const KernelBenchOptions& o, KernelBenchReport& report, cu
                     const std::vector<float> got = to_host(out, static_cast<size_t>(n_out) * nt, s);
                     double err = 0;
                     for (size_t i = 0; i < got.size(); ++i)
-                        err = std::max(err, static_cast<double>(std::fabs(got[i] - ref[i])));
+                        if (const double d = std::fabs(got[i] - ref[i]); !(d <= err)) err = d;  // NaN sticks
                     c.kernel = gemm_tiles_variant_name(v);
                     c.us = graph_us(s, n_q, o.replays, tiles);
                     c.tflops = flops / (c.us * 1e6);
