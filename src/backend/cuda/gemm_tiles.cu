@@ -10,6 +10,10 @@
 namespace mvllm::cuda {
 namespace {
 
+constexpr int kChunkK = 128;                // values of K per pipeline stage
+constexpr int kChunkBlocks = kChunkK / 32;  // Q4_0 blocks per row and stage
+constexpr int kXStride = kChunkK + 8;       // halfs per staged token row: 272 B, so ldmatrix rows hit distinct banks
+constexpr int kStages = 4;                  // pipeline depth: three chunks in flight while one is multiplied
 constexpr int kMTiles = 2;                  // m16 tiles (32 rows of W) per warp
 
 // The A-fragment registers of one row of one Q4_0 block, for the two k16 steps of the block.
@@ -49,13 +53,9 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], u
 // 32 rw .. 32 rw + 31 of the CTA's) and, of every chunk, the blocks b with b % KWarps == kw; all
 // warps take all NTiles n8 tiles of tokens, so each token fragment read from shared memory feeds
 // 2 kMTiles MMAs. The KWarps partial sums of a row meet in shared memory at the end.
-// ChunkBlocks Q4_0 blocks of K per pipeline stage, Stages stages (Stages - 1 chunks in flight
-// while one is multiplied).
-template <int RowWarps, int KWarps, int NTiles, int MinCtas, int ChunkBlocks = 4, int Stages = 4>
+template <int RowWarps, int KWarps, int NTiles, int MinCtas>
 struct Tile {
     static constexpr int kRowWarps = RowWarps, kKWarps = KWarps, kNTiles = NTiles, kMinCtas = MinCtas;
-    static constexpr int kChunkBlocks = ChunkBlocks, kChunkK = 32 * ChunkBlocks, kStages = Stages;
-    static constexpr int kXStride = kChunkK + 8;  // halfs per staged token row (+16 B: ldmatrix rows hit distinct banks)
     static constexpr int kWarps = RowWarps * KWarps;
     static constexpr int kRows = 16 * kMTiles * RowWarps;
     static constexpr int kTokens = 8 * NTiles;
@@ -66,16 +66,14 @@ struct Tile {
 // Shared memory of one pipeline stage: the token tile, the weight bodies and their scales.
 template <class Sh>
 struct Stage {
-    __half x[Sh::kTokens][Sh::kXStride];
-    uint8_t w[Sh::kRows][Sh::kChunkBlocks * 16];
-    uint16_t d[Sh::kRows][Sh::kChunkBlocks];
+    __half x[Sh::kTokens][kXStride];
+    uint8_t w[Sh::kRows][kChunkBlocks * 16];
+    uint16_t d[Sh::kRows][kChunkBlocks];
 };
 
-// Bytes bytes (8 or 16) global -> shared (the scales of a row's chunk); bytes past src_bytes are zero.
-template <int Bytes>
-__device__ __forceinline__ void cp_async_scales(void* dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst)), "l"(src), "n"(Bytes),
-                 "r"(src_bytes));
+// 8 bytes global -> shared (the four scales of a row's chunk); bytes past src_bytes are zero.
+__device__ __forceinline__ void cp_async8(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
 }
 
 // W is two matrices stacked (rows below n_out1 from w, the rest from w2: gate and up as one
@@ -94,7 +92,6 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
                       unsigned* counters) {
     using St = Stage<Sh>;
     constexpr int MT = kMTiles, NT = Sh::kNTiles, KW = Sh::kKWarps;
-    constexpr int kChunkBlocks = Sh::kChunkBlocks, kChunkK = Sh::kChunkK, kStages = Sh::kStages;
     static_assert(kChunkBlocks % KW == 0, "a chunk's blocks are dealt evenly to the K warps");
     static_assert(kStages * sizeof(St) >= sizeof(float) * (KW - 1) * Sh::kRowWarps * 32 * Sh::kAccPerLane,
                   "the K-warp reduction fits in the stages");
@@ -107,7 +104,7 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
     const int n_blocks = static_cast<int>(n_in / 32);
     const int c_begin = static_cast<int>(blockIdx.z * chunks_per_slice);
     const int c_end = static_cast<int>(min(static_cast<int64_t>(c_begin) + chunks_per_slice, (n_in + kChunkK - 1) / kChunkK));
-    const bool scales_aligned = w.blocks_per_row % kChunkBlocks == 0;  // one cp.async for a row's chunk of scales
+    const bool scales_aligned = w.blocks_per_row % kChunkBlocks == 0;  // 8-byte cp.async of a row's 4 scales
 
     // What this thread copies, fixed for the CTA (item j of a kind is p = threadIdx.x + j kThreads):
     // weight item p = block p % 4 of row p / 4 (a pointer at chunk c_begin, null past n_out); the
@@ -116,8 +113,7 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
     // additions per copy.
     constexpr int kWItems = Sh::kRows * kChunkBlocks / Sh::kThreads;
     constexpr int kXItems = Sh::kTokens * (kChunkK / 8) / Sh::kThreads;
-    static_assert(kWItems >= 1 && kXItems >= 1 && Sh::kThreads % kChunkBlocks == 0 && Sh::kThreads % (kChunkK / 8) == 0,
-                  "every thread copies the same block / piece of each of its items");
+    static_assert(kWItems >= 1 && kXItems >= 1 && Sh::kThreads % 16 == 0, "staging items per thread");
     const int my_b = threadIdx.x % kChunkBlocks, my_piece = threadIdx.x % (kChunkK / 8);
     auto row_body = [&](int64_t row) -> const uint8_t* {
         if (row >= n_out) return nullptr;
@@ -157,7 +153,7 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
         if (threadIdx.x < Sh::kRows) {
             const int n_valid = ssrc ? min(kChunkBlocks, n_blocks - c * kChunkBlocks) : 0;
             if (scales_aligned) {
-                cp_async_scales<2 * kChunkBlocks>(&s.d[threadIdx.x][0], n_valid ? ssrc + dc * kChunkBlocks : reinterpret_cast<const uint16_t*>(w.scales),
+                cp_async8(&s.d[threadIdx.x][0], n_valid ? ssrc + dc * kChunkBlocks : reinterpret_cast<const uint16_t*>(w.scales),
                           2 * n_valid);
             } else {  // rows of other lengths: plain loads, visible after the barrier that precedes their use
 #pragma unroll
@@ -322,11 +318,11 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
 }
 
 // The instantiated tile shapes, in the order of gemm_tiles_variants().
-using TileA = Tile<4, 2, 8, 2>;        // 128 rows x 64 tokens, 8 warps, a chunk's blocks split over 2 warps; 2 CTAs per SM
-using TileB = Tile<8, 1, 8, 1>;        // 256 x 64, 8 warps of up to 255 registers; 1 CTA per SM
-using TileC = Tile<8, 2, 8, 1, 8, 3>;  // 256 x 64, 16 warps of 128 registers; 256 values of K per stage, 3 stages
-using TileD = Tile<4, 2, 4, 2>;        // 128 x 32
-using TileE = Tile<4, 2, 2, 2>;        // 128 x 16
+using TileA = Tile<4, 2, 8, 2>;  // 128 rows x 64 tokens, 8 warps, a chunk's blocks split over 2 warps; 2 CTAs per SM
+using TileB = Tile<8, 1, 8, 1>;  // 256 x 64, 8 warps of up to 255 registers; 1 CTA per SM
+using TileC = Tile<2, 4, 8, 2>;  // 64 x 64, 8 warps (4 per row tile)
+using TileD = Tile<4, 2, 4, 2>;  // 128 x 32
+using TileE = Tile<4, 2, 2, 2>;  // 128 x 16
 constexpr int kVariants = 5;
 
 template <class Sh>
@@ -357,7 +353,7 @@ int variant_index(const GemmTilesVariant& v) {
 
 template <class Sh>
 constexpr size_t shared_bytes() {
-    return Sh::kStages * sizeof(Stage<Sh>);
+    return kStages * sizeof(Stage<Sh>);
 }
 
 // Sets the kernel's shared-memory limit once and returns how many CTAs fit on one SM.
@@ -399,9 +395,7 @@ Plan plan(const GemmTilesVariant& v, int64_t n_in, int64_t n_out, int64_t n_toke
     dispatch(p.variant, [&]<class Sh>() { occupancy = ctas_per_sm<Sh>(); });
     const int64_t tiles = ceil_div(n_out, p.rows) * ceil_div(n_tokens, p.tokens);
     const int64_t slots = static_cast<int64_t>(occupancy) * std::max(n_sms, 1);
-    int chunk_k = 128;
-    dispatch(p.variant, [&]<class Sh>() { chunk_k = Sh::kChunkK; });
-    const int64_t chunks = ceil_div(n_in, chunk_k);
+    const int64_t chunks = ceil_div(n_in, kChunkK);
     const int64_t max_slices = tiles <= kMaxSplitTiles ? std::min<int64_t>(16, chunks) : 1;
     double best_cost = 1e30;
     for (int64_t s = 1; s <= max_slices; ++s) {
