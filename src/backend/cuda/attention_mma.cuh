@@ -74,49 +74,6 @@ __device__ __forceinline__ int tile_offset(int row, int chunk) {
     return row * HD + ((chunk ^ (row & kMask)) << 3);
 }
 
-// The online softmax's rescale of the O accumulators: rows g by corr[0], rows g + 8 by corr[1].
-template <int N>
-__device__ __forceinline__ void rescale_o(float (&o)[N][4], const float (&corr)[2]) {
-#pragma unroll
-    for (int n = 0; n < N; ++n) {
-        o[n][0] *= corr[0];
-        o[n][1] *= corr[0];
-        o[n][2] *= corr[1];
-        o[n][3] *= corr[1];
-    }
-}
-
-// O += P V over 16 staged tokens (rows row0 .. row0 + 15 of the V tile sv). P comes from two S
-// n-tiles (s0: tokens 0-7, s1: tokens 8-15; rows g / g + 8, tokens 2 t4 and 2 t4 + 1), packed as
-// an A fragment (and, for the split types, its remainder as a second one); V in pairs of 8-dim
-// n-tiles through ldmatrix.trans.
-template <typename KT, int HD, int N>
-__device__ __forceinline__ void pv_step(float (&o)[N][4], const float (&s0)[4], const float (&s1)[4], const KT* sv,
-                                        int row0, int lane) {
-    uint32_t pa[4], pa_lo[4];
-    float rest[4][2];
-    pa[0] = Pack<KT>::hi(s0[0], s0[1], rest[0]);
-    pa[1] = Pack<KT>::hi(s0[2], s0[3], rest[1]);
-    pa[2] = Pack<KT>::hi(s1[0], s1[1], rest[2]);
-    pa[3] = Pack<KT>::hi(s1[2], s1[3], rest[3]);
-    if constexpr (Pack<KT>::kSplit) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) pa_lo[r] = pack_lo<KT>(rest[r]);
-    }
-    const int mi = lane >> 3;
-#pragma unroll
-    for (int n = 0; n < N; n += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, sv + tile_offset<HD>(row0 + (mi & 1) * 8 + (lane & 7), n + (mi >> 1)));
-        mma<KT>(o[n], pa, b[0], b[1]);
-        mma<KT>(o[n + 1], pa, b[2], b[3]);
-        if constexpr (Pack<KT>::kSplit) {
-            mma<KT>(o[n], pa_lo, b[0], b[1]);
-            mma<KT>(o[n + 1], pa_lo, b[2], b[3]);
-        }
-    }
-}
-
 // Starts the copy of tokens [t0, t0 + kTile) of (seq, kv_head) into a K and a V tile; tokens at or
 // past t_end are zero-filled (their scores are masked; zero V keeps 0 * V finite).
 template <int HD, typename KT>
@@ -297,8 +254,40 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
             }
             l[h] = l[h] * corr[h] + s[0][2 * h] + s[0][2 * h + 1] + s[1][2 * h] + s[1][2 * h + 1];
         }
-        rescale_o(o, corr);
-        pv_step<KT, HD>(o, s[0], s[1], sv, 0, lane);
+#pragma unroll
+        for (int n = 0; n < kN; ++n) {
+            o[n][0] *= corr[0];
+            o[n][1] *= corr[0];
+            o[n][2] *= corr[1];
+            o[n][3] *= corr[1];
+        }
+        // P as an A fragment: rows g / g + 8, tokens 2 t4 (+1) and 8 + 2 t4 (+1).
+        uint32_t pa[4], pa_lo[4];
+        {
+            float rest[4][2];
+            pa[0] = Pack<KT>::hi(s[0][0], s[0][1], rest[0]);
+            pa[1] = Pack<KT>::hi(s[0][2], s[0][3], rest[1]);
+            pa[2] = Pack<KT>::hi(s[1][0], s[1][1], rest[2]);
+            pa[3] = Pack<KT>::hi(s[1][2], s[1][3], rest[3]);
+            if constexpr (Pack<KT>::kSplit) {
+#pragma unroll
+                for (int r = 0; r < 4; ++r) pa_lo[r] = pack_lo<KT>(rest[r]);
+            }
+        }
+        // O += P V over pairs of 8-dim n-tiles.
+#pragma unroll
+        for (int n = 0; n < kN; n += 2) {
+            const int mi = lane >> 3;
+            const int r = (mi & 1) * 8 + (lane & 7);
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, sv + tile_offset<HD>(r, n + (mi >> 1)));
+            mma<KT>(o[n], pa, b[0], b[1]);
+            mma<KT>(o[n + 1], pa, b[2], b[3]);
+            if constexpr (Pack<KT>::kSplit) {
+                mma<KT>(o[n], pa_lo, b[0], b[1]);
+                mma<KT>(o[n + 1], pa_lo, b[2], b[3]);
+            }
+        }
         __syncwarp();  // every lane is done with this stage before it is refilled
     }
     cp_async_wait<0>();

@@ -22,8 +22,6 @@ namespace mvllm::cuda::mma_prefill {
 using mma_decode::exp2_or_zero;
 using mma_decode::Pack;
 using mma_decode::pack_lo;
-using mma_decode::pv_step;
-using mma_decode::rescale_o;
 using mma_decode::tile_offset;
 
 constexpr int kWarps = 4;
@@ -201,10 +199,38 @@ __global__ void __launch_bounds__(kWarps * 32)
                 }
                 l[h] = l[h] * corr[h] + sum;
             }
-            rescale_o(o, corr);
+#pragma unroll
+            for (int n = 0; n < kN; ++n) {
+                o[n][0] *= corr[0];
+                o[n][1] *= corr[0];
+                o[n][2] *= corr[1];
+                o[n][3] *= corr[1];
+            }
             // O += P V, 16 tokens per k-step; P's A fragment comes from two S n-tiles.
 #pragma unroll
-            for (int kt = 0; kt < kKv / 16; ++kt) pv_step<KT, HD>(o, s[2 * kt], s[2 * kt + 1], sv, kt * 16, lane);
+            for (int kt = 0; kt < kKv / 16; ++kt) {
+                uint32_t pa[4], pa_lo[4];
+                float rest[4][2];
+                pa[0] = Pack<KT>::hi(s[2 * kt][0], s[2 * kt][1], rest[0]);
+                pa[1] = Pack<KT>::hi(s[2 * kt][2], s[2 * kt][3], rest[1]);
+                pa[2] = Pack<KT>::hi(s[2 * kt + 1][0], s[2 * kt + 1][1], rest[2]);
+                pa[3] = Pack<KT>::hi(s[2 * kt + 1][2], s[2 * kt + 1][3], rest[3]);
+                if constexpr (Pack<KT>::kSplit) {
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) pa_lo[r] = pack_lo<KT>(rest[r]);
+                }
+#pragma unroll
+                for (int n = 0; n < kN; n += 2) {
+                    uint32_t b[4];
+                    ldmatrix_x4_trans(b, sv + tile_offset<HD>(kt * 16 + (mi & 1) * 8 + (lane & 7), n + (mi >> 1)));
+                    mma<KT>(o[n], pa, b[0], b[1]);
+                    mma<KT>(o[n + 1], pa, b[2], b[3]);
+                    if constexpr (Pack<KT>::kSplit) {
+                        mma<KT>(o[n], pa_lo, b[0], b[1]);
+                        mma<KT>(o[n + 1], pa_lo, b[2], b[3]);
+                    }
+                }
+            }
         }
         __syncthreads();  // every warp is done with this stage before it is refilled
     }
