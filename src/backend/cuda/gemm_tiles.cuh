@@ -4,7 +4,7 @@
 //
 // cuBLAS on the F16 copy of a weight reads 2 bytes per weight; at 16-128 tokens that is the
 // memory wall (bench/NOTES.md). This GEMM reads the 0.56 bytes of the Q4_0 blocks instead. A CTA
-// of 4 or 8 warps takes 64 or 128 rows of W and 16, 32 or 64 tokens (the variant); cp.async stages
+// of 8 warps takes 64, 128 or 256 rows of W and 16, 32 or 64 tokens (the variant); cp.async stages
 // the weight blocks and the token tile in shared memory, four chunks of 128 values of K deep.
 // A warp turns each block row into mma.sync A fragments with one byte permute, four masks and
 // two half2 operations per eight values (d * (q - 8) rounded once: the values of the F16 copy),
