@@ -125,10 +125,9 @@ struct TilesRule {
     std::atomic<int64_t> max_tokens, min_weights;
 };
 TilesRule& tiles_rule() {
-    static TilesRule r{[] {
-        const char* e = std::getenv("MVLLM_GEMM_TILES_MAX_ROWS");
-        return e ? std::max<int64_t>(0, std::atoll(e)) : kGemmTilesMaxTokens;
-    }(), std::getenv("MVLLM_GEMM_TILES_MAX_ROWS") ? 0 : kGemmTilesMinWeights};
+    static const char* forced = std::getenv("MVLLM_GEMM_TILES_MAX_ROWS");
+    static TilesRule r{forced ? std::max<int64_t>(0, std::atoll(forced)) : kGemmTilesMaxTokens,
+                       forced ? 0 : kGemmTilesMinWeights};
     return r;
 }
 
