@@ -68,11 +68,11 @@ if has serve; then  # issue 7: mvllm bench serve at 1, 16 and 64 streaming clien
     echo "bench serve $p rc=$?"; grep -E "^\|" "$LOG/serve_$p.log" | head -8
   done
 fi
-# AB_ENV="VAR=value": the attention, decode, throughput and long stages also run with that variable set (an A/B
-# of one switch in the same call, e.g. AB_ENV=MVLLM_CUDA_PDL=0); results get the suffix _ab.
+# AB_ENV="VAR=value ...": the attention, decode, throughput and long stages also run with each variable setting
+# (an A/B of one switch in the same call, e.g. AB_ENV=MVLLM_CUDA_PDL=0); results get the suffix _ab_<value>.
 variants() { echo base ${AB_ENV:-}; }
 with_env() { local e=$1; shift; if [ "$e" = base ]; then "$@"; else env "$e" "$@"; fi; }
-suffix() { [ "$1" = base ] && echo "" || echo _ab; }
+suffix() { [ "$1" = base ] && echo "" || echo "_ab_$(echo "${1#*=}" | tr -c 'A-Za-z0-9\n' '_')"; }
 if has attention; then  # B1 (issue 4): the fused kernel at 4K and 32K (--quick), or every row (ATTN_FULL=1)
   for e in $(variants); do
     x=$(suffix $e)
