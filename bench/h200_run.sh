@@ -21,7 +21,7 @@ model() {  # model PRESET TYPE -> path (made once)
   echo "$f"
 }
 if has build; then
-  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMVLLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMVLLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90a} \
     -DMVLLM_BUILD_BENCH=OFF > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
   cmake --build build-gpu -j16 --target test_cuda mvllm >> "$LOG/build.log" 2>&1 ||
     { grep -E "error" -A3 "$LOG/build.log" | head -40; exit 1; }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/gemm_tiles.cuh"
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/weight_layout.h"
 
@@ -167,6 +168,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
         return make_error("cuBLAS rejected its workspace");
     impl->gemm_tuner = std::make_unique<cuda::GemmTuner>(impl->cublas_workspace, Impl::kCublasWorkspaceBytes);
     impl->matmul_scratch.tuner = impl->gemm_tuner.get();
+    (void)cuda::gemm_tiles_have_wgmma();  // its one-off probe launch, outside any recorded step
     return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
 }
 

@@ -49,13 +49,81 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// ---- wgmma (sm_90a): a warpgroup's m64n64k16 with A from registers, B from shared memory ----
+// Built only for sm_90a (the arch-specific Hopper target, CMAKE_CUDA_ARCHITECTURES=90a): there
+// the wgmma tile shapes exist; other builds have only the mma.sync ones (gemm_tiles_variants()).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MVLLM_WGMMA 1
+#endif
+// Writes 1 when the code the device runs has the wgmma instructions (an sm_90a build).
+__global__ void wgmma_probe_kernel(int* out) {
+#ifdef MVLLM_WGMMA
+    *out = 1;
+#else
+    *out = 0;
+#endif
+}
+
+// The B descriptor of a K-major tile without swizzle: core matrices of 8 rows (tokens) x 16 bytes
+// (8 values of K), 128 contiguous bytes each; lbo: bytes between the two core matrices of a k16
+// step along K; sbo: bytes between successive groups of 8 tokens.
+__device__ __forceinline__ uint64_t wgmma_desc(const void* p, uint32_t lbo, uint32_t sbo) {
+    return static_cast<uint64_t>((smem_addr(p) & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+           (static_cast<uint64_t>(sbo >> 4) << 32);
+}
+__device__ __forceinline__ void wgmma_fence() {
+#ifdef MVLLM_WGMMA
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#ifdef MVLLM_WGMMA
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#ifdef MVLLM_WGMMA
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// Shared-memory writes of the generic proxy (cp.async) made visible to wgmma's reads.
+__device__ __forceinline__ void fence_proxy_async() {
+#ifdef MVLLM_WGMMA
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// d (this warp's 16 rows x 64 tokens of the warpgroup's 64 x 64 tile, the mma.sync C layout per
+// n8 tile) += A (this warp's 16 rows x 16 of K, the mma.sync A layout) * B (16 x 64 at desc).
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
+#ifdef MVLLM_WGMMA
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+#else
+    (void)d, (void)a, (void)desc;
+#endif
+}
+
 // The CTA tile: RowWarps x KWarps warps. Warp (rw, kw) owns kMTiles m16 tiles of W rows (rows
 // 32 rw .. 32 rw + 31 of the CTA's) and, of every chunk, the blocks b with b % KWarps == kw; all
 // warps take all NTiles n8 tiles of tokens, so each token fragment read from shared memory feeds
 // 2 kMTiles MMAs. The KWarps partial sums of a row meet in shared memory at the end.
-template <int RowWarps, int KWarps, int NTiles, int MinCtas>
+// Wgmma: the warps multiply as warpgroups (wgmma m64n64k16, tokens straight from shared memory,
+// no ldmatrix) instead of one mma.sync per m16n8 tile; KWarps 1 and 64 tokens only.
+template <int RowWarps, int KWarps, int NTiles, int MinCtas, bool Wgmma = false>
 struct Tile {
     static constexpr int kRowWarps = RowWarps, kKWarps = KWarps, kNTiles = NTiles, kMinCtas = MinCtas;
+    static constexpr bool kWgmma = Wgmma;
+    static_assert(!Wgmma || (KWarps == 1 && NTiles == 8 && RowWarps % 4 == 0), "wgmma tile shape");
     static constexpr int kWarps = RowWarps * KWarps;
     static constexpr int kRows = 16 * kMTiles * RowWarps;
     static constexpr int kTokens = 8 * NTiles;
@@ -168,8 +236,11 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
 #pragma unroll
         for (int j = 0; j < kXItems; ++j) {
             const bool valid = xoff[j] >= 0 && (whole || c * static_cast<int64_t>(kChunkK) + my_piece * 8 < n_in);
-            cp_async16(&s.x[(threadIdx.x + j * Sh::kThreads) / (kChunkK / 8)][my_piece * 8], valid ? x + xoff[j] + dk : x,
-                       valid);
+            const int tok = (threadIdx.x + j * Sh::kThreads) / (kChunkK / 8);
+            // wgmma: core matrices [piece][token / 8] of 8 tokens x 16 bytes (wgmma_desc).
+            __half* dst = Sh::kWgmma ? &s.x[0][0] + ((my_piece * (Sh::kTokens / 8) + tok / 8) * 8 + tok % 8) * 8
+                                     : &s.x[tok][my_piece * 8];
+            cp_async16(dst, valid ? x + xoff[j] + dk : x, valid);
         }
     };
 
@@ -190,6 +261,7 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
     for (int c = c_begin; c < c_end; ++c) {
         const int buf = (c - c_begin) % kStages;
         cp_async_wait<kStages - 2>();
+        if constexpr (Sh::kWgmma) fence_proxy_async();
         __syncthreads();  // chunk c is visible to all; every warp is done with chunk c - 1's buffer
         if (c + kStages - 1 < c_end) {
             const int next = (c - c_begin + kStages - 1) % kStages;
@@ -198,6 +270,38 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
         }
         cp_async_commit();
         const St& s = st[buf];
+        if constexpr (Sh::kWgmma) {
+            // Warp w of a warpgroup holds rows 16 w .. of each of its m tiles' 64-row product
+            // (rows rw 32 + mt 16 + g of the CTA: any assignment works, A and D rows go together).
+            constexpr uint32_t kLbo = (Sh::kTokens / 8) * 128, kSbo = 128;  // bytes: k8 step, token-group step
+#pragma unroll
+            for (int b = 0; b < kChunkBlocks; ++b) {
+                uint32_t a[MT][2][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    const int r0 = (rw * MT + mt) * 16 + g;
+                    uint32_t lo[2][2], hi[2][2];
+                    q4_0_fragment(*reinterpret_cast<const uint4*>(&s.w[r0][b * 16]), s.d[r0][b], quad, lo);
+                    q4_0_fragment(*reinterpret_cast<const uint4*>(&s.w[r0 + 8][b * 16]), s.d[r0 + 8][b], quad, hi);
+#pragma unroll
+                    for (int ks = 0; ks < 2; ++ks) {
+                        a[mt][ks][0] = lo[ks][0];
+                        a[mt][ks][1] = hi[ks][0];
+                        a[mt][ks][2] = lo[ks][1];
+                        a[mt][ks][3] = hi[ks][1];
+                    }
+                }
+                wgmma_fence();
+#pragma unroll
+                for (int ks = 0; ks < 2; ++ks) {
+                    const uint64_t desc = wgmma_desc(&s.x[0][0] + (b * 4 + ks * 2) * (Sh::kTokens / 8) * 64, kLbo, kSbo);
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) wgmma_m64n64k16(*reinterpret_cast<float(*)[32]>(&acc[mt][0][0]), a[mt][ks], desc);
+                }
+                wgmma_commit();
+            }
+            wgmma_wait<0>();  // this chunk's buffer may be refilled once every warpgroup is past here
+        } else {
 #pragma unroll
         for (int i = 0; i < kChunkBlocks / KW; ++i) {
             const int b = i * KW + kw;
@@ -234,6 +338,7 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
                             mma_f16(acc[mt][n0 + j], a[mt][ks], bf[j][2 * ks], bf[j][2 * ks + 1]);
             }
         }
+        }  // mma.sync
     }
     cp_async_wait<0>();  // no copy may still target shared memory when the stages are reused
     float* flat = &acc[0][0][0];
@@ -323,11 +428,12 @@ using TileB = Tile<8, 1, 8, 1>;  // 256 x 64, 8 warps of up to 255 registers; 1 
 using TileC = Tile<2, 4, 8, 2>;  // 64 x 64, 8 warps (4 per row tile)
 using TileD = Tile<4, 2, 4, 2>;  // 128 x 32
 using TileE = Tile<4, 2, 2, 2>;  // 128 x 16
-constexpr int kVariants = 5;
+using TileW = Tile<8, 1, 8, 1, true>;  // 256 x 64, 2 warpgroups multiplying by wgmma (sm_90a builds)
+constexpr int kVariants = 6;
 
 template <class Sh>
 GemmTilesVariant variant_of() {
-    return {Sh::kRowWarps, Sh::kKWarps, Sh::kNTiles};
+    return {Sh::kRowWarps, Sh::kKWarps, Sh::kNTiles, Sh::kWgmma};
 }
 
 // Calls f.template operator()<Sh>() for the variant at `index`.
@@ -338,15 +444,18 @@ void dispatch(int index, F&& f) {
         case 1: f.template operator()<TileB>(); break;
         case 2: f.template operator()<TileC>(); break;
         case 3: f.template operator()<TileD>(); break;
-        default: f.template operator()<TileE>(); break;
+        case 4: f.template operator()<TileE>(); break;
+        default: f.template operator()<TileW>(); break;
     }
 }
 
 int variant_index(const GemmTilesVariant& v) {
     const GemmTilesVariant all[kVariants] = {variant_of<TileA>(), variant_of<TileB>(), variant_of<TileC>(),
-                                             variant_of<TileD>(), variant_of<TileE>()};
+                                             variant_of<TileD>(), variant_of<TileE>(), variant_of<TileW>()};
     for (int i = 0; i < kVariants; ++i)
-        if (all[i].row_warps == v.row_warps && all[i].k_warps == v.k_warps && all[i].n_tiles == v.n_tiles) return i;
+        if (all[i].row_warps == v.row_warps && all[i].k_warps == v.k_warps && all[i].n_tiles == v.n_tiles &&
+            all[i].wgmma == v.wgmma)
+            return i;
     MVLLM_CHECK(false) << "gemm_tiles: no variant " << gemm_tiles_variant_name(v);
     return 0;
 }
@@ -421,13 +530,30 @@ Plan plan(const GemmTilesVariant& v, int64_t n_in, int64_t n_out, int64_t n_toke
 
 bool gemm_tiles_supported(DType t) { return t == DType::Q4_0; }
 
+bool gemm_tiles_have_wgmma() {
+    static const bool has = [] {
+        int* d = nullptr;
+        int h = 0;
+        if (cudaMalloc(&d, sizeof(int)) != cudaSuccess) return cudaGetLastError(), false;
+        wgmma_probe_kernel<<<1, 1>>>(d);
+        const bool ok = cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
+        cudaFree(d);
+        cudaGetLastError();
+        return ok && h == 1;
+    }();
+    return has;
+}
+
 std::vector<GemmTilesVariant> gemm_tiles_variants() {
-    return {variant_of<TileA>(), variant_of<TileB>(), variant_of<TileC>(), variant_of<TileD>(), variant_of<TileE>()};
+    std::vector<GemmTilesVariant> v = {variant_of<TileA>(), variant_of<TileB>(), variant_of<TileC>(), variant_of<TileD>(),
+                                       variant_of<TileE>()};
+    if (gemm_tiles_have_wgmma()) v.push_back(variant_of<TileW>());
+    return v;
 }
 
 std::string gemm_tiles_variant_name(const GemmTilesVariant& v) {
     return std::to_string(32 * v.row_warps) + "x" + std::to_string(8 * v.n_tiles) + "/" +
-           std::to_string(v.row_warps * v.k_warps) + "w" + std::to_string(v.k_warps) + "k";
+           std::to_string(v.row_warps * v.k_warps) + "w" + std::to_string(v.k_warps) + "k" + (v.wgmma ? "-wgmma" : "");
 }
 
 namespace {
@@ -440,7 +566,7 @@ GemmTilesVariant gemm_tiles_default_variant(int64_t n_tokens) {
     if (const int f = forced_variant.load(); f >= 0) return gemm_tiles_variants()[f];
     if (n_tokens <= 16) return variant_of<TileE>();
     if (n_tokens <= 32) return variant_of<TileD>();
-    return variant_of<TileA>();
+    return gemm_tiles_have_wgmma() ? variant_of<TileW>() : variant_of<TileA>();
 }
 
 size_t gemm_tiles_scratch_bytes(DType t, int64_t n_in, int64_t n_out, int64_t n_tokens, int32_t n_sms,

@@ -29,7 +29,10 @@ bool gemm_tiles_supported(DType weight_type);
 // the k_warps warps of a row share a chunk's blocks; n_tiles n8 tiles (8 n_tiles tokens).
 struct GemmTilesVariant {
     int row_warps = 4, k_warps = 2, n_tiles = 8;
+    bool wgmma = false;  // warpgroups multiply with wgmma (sm_90a builds only)
 };
+// True when this build has the wgmma shapes (compiled for sm_90a) and the device runs them.
+bool gemm_tiles_have_wgmma();
 std::vector<GemmTilesVariant> gemm_tiles_variants();  // the shapes this build has (benchmarks, tests)
 std::string gemm_tiles_variant_name(const GemmTilesVariant& v);  // "128x64/8w2k"
 GemmTilesVariant gemm_tiles_default_variant(int64_t n_tokens);  // what launch_gemm_tiles uses by default
