@@ -83,11 +83,6 @@ public:
     // Copies an F32 tensor to host memory.
     virtual void to_host(const TensorView& x, float* dst) = 0;
 
-    // A hint, no effect on results: the matmul of w over n_rows rows follows the next op (for
-    // gate/up: w_gate), so a backend may start moving w's bytes toward its cache while that op
-    // runs (the CUDA backend: into L2, issued by the next small kernel; cuda_backend.h).
-    virtual void prefetch(const TensorView& w, int64_t n_rows) { (void)w, (void)n_rows; }
-
     // ---- Fused forms: a backend overrides them where it can fuse; the defaults compose the ops
     // above. `scratch` tensors ([n_rows][n_out] f32) serve only the defaults.
 

@@ -184,11 +184,9 @@ TensorView Decoder::run(const Batch& batch, KvCache& cache) {
         be.embed(weights_.token_embd, x);
         for (int32_t l = 0; l < c.n_layers; ++l) {
             const LayerWeights& w = weights_.layers[l];
-            if (fused_qkv) be.prefetch(wqkv_[l], n);  // each prefetch: the next matmul's weight
             be.rms_norm(x, w.attn_norm, c.rms_norm_eps, xn);
             if (fused_qkv) {
                 be.matmul(wqkv_[l], xn, none, qkv);
-                be.prefetch(w.wo, n);
                 be.rope_kv_store(qkv, bqkv_[l], c.n_heads, c.n_kv_heads, rope, q, cache, l);
             } else {
                 be.matmul(w.wq, xn, w.bq, q);
@@ -201,15 +199,12 @@ TensorView Decoder::run(const Batch& batch, KvCache& cache) {
             be.attention(cache, l, q, attn, c.n_heads, scale);
             be.matmul_add(w.wo, attn, x, proj);
 
-            be.prefetch(w.w_gate, n);
             be.rms_norm(x, w.ffn_norm, c.rms_norm_eps, xn);
-            be.prefetch(w.w_down, n);  // during the SwiGLU between the two matmuls
             be.matmul_swiglu(w.w_gate, w.w_up, xn, hidden, gate_up);
             be.matmul_add(w.w_down, hidden, x, proj);
         }
         if (n_logits > 0) {
             be.gather_logit_rows(x, last);
-            be.prefetch(weights_.output, n_logits);
             be.rms_norm(last, weights_.output_norm, c.rms_norm_eps, last_norm);
             be.matmul(weights_.output, last_norm, none, out);
         }

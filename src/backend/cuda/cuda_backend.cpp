@@ -149,10 +149,6 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     }
     const char* f16_env = std::getenv("MVLLM_CUDA_F16_WEIGHTS");
     if (f16_env && std::string(f16_env) == "0") impl->options.f16_weight_copies = false;
-    if (const char* pf = std::getenv("MVLLM_L2_PREFETCH")) {  // MiB[:last]
-        impl->options.l2_prefetch_mib = std::atoi(pf);
-        impl->options.l2_prefetch_evict_last = std::strstr(pf, ":last") != nullptr;
-    }
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
     cudaDeviceProp prop{};
     MVLLM_CUDA_OK(cudaGetDeviceProperties(&prop, options.device));
@@ -322,25 +318,8 @@ void CudaBackend::embed(const TensorView& table, const TensorView& out) {
     cuda::launch_embed(table, impl_->batch.token_ids, out, impl_->stream);
 }
 
-void CudaBackend::prefetch(const TensorView& w, int64_t n_rows) {
-    Impl& im = *impl_;
-    im.pending_prefetch = {};
-    if (im.options.l2_prefetch_mib <= 0 || n_rows > 512 ||
-        cuda::choose_matmul_path(w.type, n_rows, im.options.batch_invariant, w.ne[0] * w.ne[1]) !=
-            cuda::MatmulPath::GemmF16)
-        return;
-    const void* f16 = w.type == DType::F16 ? w.data : im.f16_copy(w);
-    if (f16 == nullptr || w.ne[2] != 1 || w.ne[3] != 1) return;
-    const uint64_t cap = static_cast<uint64_t>(im.options.l2_prefetch_mib) << 20;
-    im.pending_prefetch = {f16, std::min<uint64_t>(static_cast<uint64_t>(w.n_elements()) * 2, cap),
-                           im.options.l2_prefetch_evict_last};
-}
-
-uint64_t CudaBackend::l2_prefetch_bytes() const { return impl_->prefetch_bytes; }
-
 void CudaBackend::rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) {
     Impl& im = *impl_;
-    const cuda::L2Prefetch prefetch = im.take_prefetch();
     im.wrote(out);
     const int64_t width = x.ne[0], n_rows = x.ne[1];
     // Small batches: the norm also writes the QX its consumer GEMVs read (one kernel, not two).
@@ -353,12 +332,11 @@ void CudaBackend::rms_norm(const TensorView& x, const TensorView& weight, float 
         im.qx_rows = n_rows;
         return;
     }
-    cuda::launch_rms_norm(x, weight, eps, out, im.stream, im.hand_over(prefetch));
+    cuda::launch_rms_norm(x, weight, eps, out, im.stream);
 }
 
 void CudaBackend::matmul(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out) {
     Impl& im = *impl_;
-    im.pending_prefetch = {};
     im.wrote(out);
     cuda::QxView storage;
     const cuda::QxView* qx = im.qx_for(w, x, &storage);
@@ -368,7 +346,6 @@ void CudaBackend::matmul(const TensorView& w, const TensorView& x, const TensorV
 
 void CudaBackend::matmul_add(const TensorView& w, const TensorView& x, const TensorView& acc, const TensorView&) {
     Impl& im = *impl_;
-    im.pending_prefetch = {};
     im.wrote(acc);
     cuda::QxView storage;
     const cuda::QxView* qx = im.qx_for(w, x, &storage);
@@ -382,9 +359,6 @@ void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up
     cuda::QxView storage;
     const bool same = w_gate.type == w_up.type && w_gate.ne == w_up.ne;
     const bool stackable = same && w_gate.ne[1] % 4 == 0;  // the SwiGLU kernel's 16-byte loads
-    // A prefetch() hint (the down projection's weights) goes to the SwiGLU kernel between the
-    // two matmuls; the other paths drop it.
-    const cuda::L2Prefetch prefetch = im.take_prefetch();
     if (const cuda::QxView* qx = same ? im.qx_for(w_gate, x, &storage) : nullptr) {
         im.wrote(out);
         cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream);
@@ -412,7 +386,7 @@ void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up
     else
         cuda::launch_matmul(w, stacked, x, TensorView{}, gate_up, cuda::GemvEpilogue::Store, nullptr, im.matmul_scratch,
                             im.cublas, im.stream, im.n_sms, im.options.batch_invariant);
-    cuda::launch_silu_mul_stacked(gate_up, out, im.stream, im.hand_over(prefetch));
+    cuda::launch_silu_mul_stacked(gate_up, out, im.stream);
 }
 
 void CudaBackend::rope(const TensorView& x, int32_t n_heads, const RopeParams& rope) {
@@ -448,8 +422,7 @@ void CudaBackend::rope_kv_store(const TensorView& qkv, const TensorView& bias, i
     im.set_inv_freq(rope);
     const cuda::DeviceKvLayer kv = device_layer(cache, layer);
     MVLLM_CHECK(kv.n_kv_heads == n_kv_heads && kv.head_dim == rope.head_dim) << "rope_kv_store geometry";
-    cuda::launch_rope_kv_store(im.batch, kv, qkv, bias, n_heads, im.inv_freq, q, im.stream,
-                               im.hand_over(im.take_prefetch()));
+    cuda::launch_rope_kv_store(im.batch, kv, qkv, bias, n_heads, im.inv_freq, q, im.stream);
 }
 
 void CudaBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, const TensorView& out,

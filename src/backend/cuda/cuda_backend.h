@@ -28,12 +28,6 @@ struct CudaBackendOptions {
     // the copies take at most a quarter of the device's memory (later matrices fall back).
     // MVLLM_CUDA_F16_WEIGHTS=0 turns it off too (for A/B timings); never in batch-invariant mode.
     bool f16_weight_copies = true;
-    // prefetch() hints (backend.h): before a cuBLAS matmul of up to 512 rows on F16 weights (or
-    // their copy), the small kernel ahead of it starts pulling up to this many MiB of them into
-    // L2 (0: off); evict_last marks those lines to be kept over ordinary ones until used. The
-    // environment variable MVLLM_L2_PREFETCH=MiB[:last] overrides both (for A/B timings).
-    int l2_prefetch_mib = 0;
-    bool l2_prefetch_evict_last = false;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).
@@ -67,7 +61,6 @@ public:
     void add(const TensorView& acc, const TensorView& x) override;
     void gather_logit_rows(const TensorView& x, const TensorView& out) override;
     void to_host(const TensorView& x, float* dst) override;
-    void prefetch(const TensorView& w, int64_t n_rows) override;
 
     // Fused forms (backend.h): the residual add in the GEMV epilogue, gate/up + SwiGLU in one
     // GEMV (or one GEMM of the stacked F16 copies + one SwiGLU kernel), QKV as one matrix + one
@@ -87,8 +80,6 @@ public:
     void end_step() override;
     // Recorded graphs so far (tests, benchmarks).
     int32_t n_graphs() const;
-    // Bytes of prefetch() hints handed to kernels so far (eagerly run or recorded).
-    uint64_t l2_prefetch_bytes() const;
 
     // Greedy sampling on the device: the argmax of each row of an F32 device tensor
     // (e.g. the logits), copied to dst[x.ne[1]].

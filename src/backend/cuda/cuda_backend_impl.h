@@ -10,14 +10,12 @@
 #include <memory>
 #include <string>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_batch.h"
 #include "backend/cuda/matmul.cuh"
-#include "backend/cuda/ops.cuh"
 
 namespace mvllm {
 
@@ -107,15 +105,6 @@ struct CudaBackend::Impl {
     cuda::MatmulScratch matmul_scratch;
     std::unique_ptr<cuda::GemmTuner> gemm_tuner;  // matmul_scratch.tuner
     cuda::AttentionScratch attention_scratch;
-    // The prefetch() hint the next small kernel issues (rms_norm, rope_kv_store, the SwiGLU of
-    // matmul_swiglu); taken by it, dropped by the next matmul.
-    cuda::L2Prefetch pending_prefetch;
-    uint64_t prefetch_bytes = 0;  // handed to kernels so far
-    cuda::L2Prefetch take_prefetch() { return std::exchange(pending_prefetch, cuda::L2Prefetch{}); }
-    const cuda::L2Prefetch& hand_over(const cuda::L2Prefetch& pf) {
-        prefetch_bytes += pf.bytes;
-        return pf;
-    }
     // The activation whose QX (gemv.cuh) matmul_scratch.qx holds, or nullptr.
     const void* qx_source = nullptr;
     int64_t qx_n_in = 0, qx_rows = 0;

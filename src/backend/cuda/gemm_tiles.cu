@@ -566,7 +566,7 @@ GemmTilesVariant gemm_tiles_default_variant(int64_t n_tokens) {
     if (const int f = forced_variant.load(); f >= 0) return gemm_tiles_variants()[f];
     if (n_tokens <= 16) return variant_of<TileE>();
     if (n_tokens <= 32) return variant_of<TileD>();
-    return gemm_tiles_have_wgmma() ? variant_of<TileW>() : variant_of<TileA>();
+    return variant_of<TileA>();
 }
 
 size_t gemm_tiles_scratch_bytes(DType t, int64_t n_in, int64_t n_out, int64_t n_tokens, int32_t n_sms,

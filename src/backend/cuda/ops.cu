@@ -35,37 +35,10 @@ __global__ void embed_float_kernel(const void* table, DType table_type, const in
     store_any(out, out_type, row * width + i, load_any(table, table_type, ids[row] * width + i));
 }
 
-// Issues this CTA's share of an L2Prefetch: 64 KB chunks dealt round-robin over the CTAs first
-// (every SM's copy engine takes part), one bulk prefetch per thread and chunk. Fire and forget:
-// nothing waits for the lines, so it costs the kernel a few instructions.
-__device__ __forceinline__ void issue_l2_prefetch(const L2Prefetch& pf) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (pf.bytes == 0) return;
-    constexpr uint64_t kChunk = uint64_t(64) << 10;
-    const uint64_t n_chunks = (pf.bytes + kChunk - 1) / kChunk;
-    const uint64_t n_ctas = static_cast<uint64_t>(gridDim.x) * gridDim.y * gridDim.z;
-    const uint64_t cta = blockIdx.x + static_cast<uint64_t>(gridDim.x) * (blockIdx.y + static_cast<uint64_t>(gridDim.y) * blockIdx.z);
-    uint64_t policy = 0;
-    if (pf.evict_last) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-    for (uint64_t c = threadIdx.x * n_ctas + cta; c < n_chunks; c += n_ctas * blockDim.x) {
-        const uint64_t off = c * kChunk;
-        const uint32_t size = static_cast<uint32_t>(min(kChunk, pf.bytes - off)) & ~15u;
-        if (size == 0) continue;
-        const char* a = static_cast<const char*>(pf.p) + off;
-        if (pf.evict_last)
-            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(a), "r"(size), "l"(policy)
-                         : "memory");
-        else
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(size) : "memory");
-    }
-#endif
-}
-
 // Reads: x row, weight. Writes: out row. One CTA (kRmsThreads) per row.
 template <typename XT, typename OT>
 __global__ void rms_norm_kernel(const XT* x, const void* weight, DType weight_type, float eps, OT* out,
-                                int64_t width, L2Prefetch prefetch) {
-    issue_l2_prefetch(prefetch);
+                                int64_t width) {
     pdl_begin();
     __shared__ float scratch[32];
     const int64_t base = blockIdx.x * width;
@@ -111,8 +84,7 @@ __global__ void silu_mul_kernel(const void* gate, DType gt, const void* up, DTyp
 // = silu(gate) * up, as silu_mul_kernel. Grid (n_rows, ceil(n_ff / (4 * 256))), 256 threads, four
 // columns per thread (16-byte loads; n_ff % 4 == 0).
 template <typename OT>
-__global__ void silu_mul_stacked_kernel(const float* gu, int64_t n_ff, OT* out, L2Prefetch prefetch) {
-    issue_l2_prefetch(prefetch);
+__global__ void silu_mul_stacked_kernel(const float* gu, int64_t n_ff, OT* out) {
     pdl_begin();
     const int64_t j = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * 4;
     if (j >= n_ff) return;
@@ -232,9 +204,7 @@ constexpr int kMaxRopePairs = 128;
 __global__ void rope_kv_store_kernel(const float* qkv, const float* bias, float* q, const int32_t* positions,
                                      const float* inv_freq,
                                      const int64_t* slot_mapping, int32_t n_heads, int32_t n_kv_heads,
-                                     int32_t head_dim, void* kc, void* vc, DType cache_type, int32_t block_size,
-                                     L2Prefetch prefetch) {
-    issue_l2_prefetch(prefetch);
+                                     int32_t head_dim, void* kc, void* vc, DType cache_type, int32_t block_size) {
     pdl_begin();
     __shared__ float2 rot[kMaxRopePairs];
     const int32_t half = head_dim / 2;
@@ -301,13 +271,13 @@ int grid_stride_blocks(int64_t n) { return static_cast<int>(std::min<int64_t>(ce
 
 template <typename XT>
 void rms_norm_dispatch_out(const TensorView& x, const TensorView& weight, float eps, const TensorView& out,
-                           cudaStream_t stream, const L2Prefetch& pf) {
+                           cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(x.ne[1]));
     const XT* xp = static_cast<const XT*>(x.data);
     switch (out.type) {
-        case DType::F32: launch_pdl(rms_norm_kernel<XT, float>, grid, kRmsThreads, 0, stream, xp, weight.data, weight.type, eps, static_cast<float*>(out.data), x.ne[0], pf); break;
-        case DType::F16: launch_pdl(rms_norm_kernel<XT, __half>, grid, kRmsThreads, 0, stream, xp, weight.data, weight.type, eps, static_cast<__half*>(out.data), x.ne[0], pf); break;
-        case DType::BF16: launch_pdl(rms_norm_kernel<XT, __nv_bfloat16>, grid, kRmsThreads, 0, stream, xp, weight.data, weight.type, eps, static_cast<__nv_bfloat16*>(out.data), x.ne[0], pf); break;
+        case DType::F32: launch_pdl(rms_norm_kernel<XT, float>, grid, kRmsThreads, 0, stream, xp, weight.data, weight.type, eps, static_cast<float*>(out.data), x.ne[0]); break;
+        case DType::F16: launch_pdl(rms_norm_kernel<XT, __half>, grid, kRmsThreads, 0, stream, xp, weight.data, weight.type, eps, static_cast<__half*>(out.data), x.ne[0]); break;
+        case DType::BF16: launch_pdl(rms_norm_kernel<XT, __nv_bfloat16>, grid, kRmsThreads, 0, stream, xp, weight.data, weight.type, eps, static_cast<__nv_bfloat16*>(out.data), x.ne[0]); break;
         default: MVLLM_CHECK(false) << "rms_norm output " << type_name(out.type);
     }
 }
@@ -341,13 +311,13 @@ void launch_embed(const TensorView& table, const int32_t* ids, const TensorView&
 }
 
 void launch_rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out,
-                     cudaStream_t stream, const L2Prefetch& prefetch) {
+                     cudaStream_t stream) {
     if (x.ne[1] == 0) return;
     MVLLM_CHECK(is_float_type(weight.type)) << "rms_norm weight " << type_name(weight.type);
     switch (x.type) {
-        case DType::F32: rms_norm_dispatch_out<float>(x, weight, eps, out, stream, prefetch); break;
-        case DType::F16: rms_norm_dispatch_out<__half>(x, weight, eps, out, stream, prefetch); break;
-        case DType::BF16: rms_norm_dispatch_out<__nv_bfloat16>(x, weight, eps, out, stream, prefetch); break;
+        case DType::F32: rms_norm_dispatch_out<float>(x, weight, eps, out, stream); break;
+        case DType::F16: rms_norm_dispatch_out<__half>(x, weight, eps, out, stream); break;
+        case DType::BF16: rms_norm_dispatch_out<__nv_bfloat16>(x, weight, eps, out, stream); break;
         default: MVLLM_CHECK(false) << "rms_norm input " << type_name(x.type);
     }
     MVLLM_CUDA_LAUNCH_CHECK();
@@ -370,8 +340,7 @@ void launch_silu_mul(const TensorView& gate, const TensorView& up, const TensorV
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
-void launch_silu_mul_stacked(const TensorView& gate_up, const TensorView& out, cudaStream_t stream,
-                             const L2Prefetch& prefetch) {
+void launch_silu_mul_stacked(const TensorView& gate_up, const TensorView& out, cudaStream_t stream) {
     const int64_t n_ff = out.ne[0], n = out.n_elements();
     MVLLM_CHECK(gate_up.type == DType::F32 && gate_up.ne[0] == 2 * n_ff && gate_up.ne[1] == out.ne[1] && n_ff % 4 == 0)
         << "silu_mul_stacked shapes";
@@ -379,9 +348,9 @@ void launch_silu_mul_stacked(const TensorView& gate_up, const TensorView& out, c
     const float* gu = static_cast<const float*>(gate_up.data);
     const dim3 grid(static_cast<unsigned>(out.ne[1]), static_cast<unsigned>(ceil_div(n_ff, 4 * 256)));
     switch (out.type) {
-        case DType::F32: launch_pdl(silu_mul_stacked_kernel<float>, grid, 256, 0, stream, gu, n_ff, static_cast<float*>(out.data), prefetch); break;
-        case DType::F16: launch_pdl(silu_mul_stacked_kernel<__half>, grid, 256, 0, stream, gu, n_ff, static_cast<__half*>(out.data), prefetch); break;
-        case DType::BF16: launch_pdl(silu_mul_stacked_kernel<__nv_bfloat16>, grid, 256, 0, stream, gu, n_ff, static_cast<__nv_bfloat16*>(out.data), prefetch); break;
+        case DType::F32: launch_pdl(silu_mul_stacked_kernel<float>, grid, 256, 0, stream, gu, n_ff, static_cast<float*>(out.data)); break;
+        case DType::F16: launch_pdl(silu_mul_stacked_kernel<__half>, grid, 256, 0, stream, gu, n_ff, static_cast<__half*>(out.data)); break;
+        case DType::BF16: launch_pdl(silu_mul_stacked_kernel<__nv_bfloat16>, grid, 256, 0, stream, gu, n_ff, static_cast<__nv_bfloat16*>(out.data)); break;
         default: MVLLM_CHECK(false) << "silu_mul_stacked output " << type_name(out.type);
     }
     MVLLM_CUDA_LAUNCH_CHECK();
@@ -444,7 +413,7 @@ void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream) {
 
 void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& qkv,
                           const TensorView& bias, int32_t n_heads, const float* inv_freq, const TensorView& q,
-                          cudaStream_t stream, const L2Prefetch& prefetch) {
+                          cudaStream_t stream) {
     const int64_t q_dim = static_cast<int64_t>(n_heads) * kv.head_dim, kv_dim = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
     MVLLM_CHECK(qkv.type == DType::F32 && q.type == DType::F32 && qkv.ne[0] == q_dim + 2 * kv_dim && q.ne[0] == q_dim &&
                 qkv.ne[1] == batch.n_tokens)
@@ -456,7 +425,7 @@ void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, con
     launch_pdl(rope_kv_store_kernel, grid, 256, 0, stream,
                static_cast<const float*>(qkv.data), static_cast<const float*>(bias.data), static_cast<float*>(q.data), batch.positions, inv_freq,
                batch.slot_mapping, n_heads, kv.n_kv_heads, kv.head_dim, kv.k, kv.v, static_cast<DType>(kv.dtype),
-               kv.block_size, prefetch);
+               kv.block_size);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

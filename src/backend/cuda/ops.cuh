@@ -10,29 +10,18 @@
 
 namespace mvllm::cuda {
 
-// Bytes a kernel should start pulling into L2 besides its own work: the weights of the matmul
-// that follows it (CudaBackend::prefetch). Its CTAs share the range in 64 KB bulk prefetches
-// issued before anything else, so the DRAM streams the next matrix while the small kernel runs.
-// evict_last marks the lines to be kept over ordinary ones until they are used.
-struct L2Prefetch {
-    const void* p = nullptr;
-    uint64_t bytes = 0;
-    bool evict_last = false;
-};
-
 // out[i] = table[ids[i]], dequantised (table: any weight type; out: F32/F16/BF16).
 void launch_embed(const TensorView& table, const int32_t* ids, const TensorView& out, cudaStream_t stream);
 // out = x / rms(x) * weight, per row (weight F32/F16/BF16).
 void launch_rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out,
-                     cudaStream_t stream, const L2Prefetch& prefetch = {});
+                     cudaStream_t stream);
 // In place, half-split pairing; positions[n_rows], inv_freq[head_dim / 2] f32.
 void launch_rope(const TensorView& x, int32_t n_heads, int32_t head_dim, const int32_t* positions,
                  const float* inv_freq, cudaStream_t stream);
 // out = silu(gate) * up.
 void launch_silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out, cudaStream_t stream);
 // out [n_rows][n_ff] = silu(gate) * up from gate_up [n_rows][2 n_ff] f32 (one GEMM of stacked weights).
-void launch_silu_mul_stacked(const TensorView& gate_up, const TensorView& out, cudaStream_t stream,
-                             const L2Prefetch& prefetch = {});
+void launch_silu_mul_stacked(const TensorView& gate_up, const TensorView& out, cudaStream_t stream);
 // acc += x (acc F32).
 void launch_add(const TensorView& acc, const TensorView& x, cudaStream_t stream);
 // x[r][i] += bias[i] (x F32).
@@ -52,7 +41,7 @@ void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream);
 // cache slots. inv_freq [head_dim / 2] f32.
 void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& qkv,
                           const TensorView& bias, int32_t n_heads, const float* inv_freq, const TensorView& q,
-                          cudaStream_t stream, const L2Prefetch& prefetch = {});
+                          cudaStream_t stream);
 // Writes K and V rows ([n_tokens][n_kv_heads * head_dim], F32/F16/BF16) into the cache slots.
 void launch_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& k,
                      const TensorView& v, cudaStream_t stream);
