@@ -118,7 +118,10 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
             for (int geo : {0, 1})
                 for (int32_t ctx : contexts) {
                     if (batch == 16 && (ctx > 4096 || dt == DType::BF16)) continue;
-                    if (opt.quick && !(ctx == 4096 || ctx == 32768) ) continue;
+                    if (opt.quick && opt.contexts.empty() && !(ctx == 4096 || ctx == 32768)) continue;
+                    if (!opt.contexts.empty() &&
+                        std::find(opt.contexts.begin(), opt.contexts.end(), ctx) == opt.contexts.end())
+                        continue;
                     rows.push_back({geo, dt, ctx, batch});
                 }
     cudaStream_t stream;

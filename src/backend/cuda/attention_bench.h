@@ -2,12 +2,14 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace mvllm::cuda {
 
 struct AttentionBenchOptions {
     std::string json_out;  // empty: table on stdout only
     bool quick = false;    // contexts 4096 and 32768, the fused kernel only
+    std::vector<int> contexts;  // only these contexts (empty: all of the table's; with quick: the fused kernel only)
 };
 
 // Runs the benchmark on device 0, printing a table; 0 on success.
