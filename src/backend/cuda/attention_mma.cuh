@@ -74,15 +74,37 @@ __device__ __forceinline__ int tile_offset(int row, int chunk) {
     return row * HD + ((chunk ^ (row & kMask)) << 3);
 }
 
-// Starts the copy of tokens [t0, t0 + kTile) of (seq, kv_head) into a K and a V tile; tokens at or
-// past t_end are zero-filled (their scores are masked; zero V keeps 0 * V finite).
+// Where the tokens of one (sequence, KV head) sit in the paged cache, fixed for a CTA: token t is
+// row ((table[t / block_size] * n_kv + kv_head) * block_size + t % block_size) of head_dim values.
+// The block index is a shift when block_size is a power of two, and a tile of kTile tokens
+// (starting at a multiple of kTile) lies in one block when block_size is a multiple of kTile: one
+// table lookup per tile instead of one per token (the common case: 16-token blocks).
+struct PagedRows {
+    const int32_t* table;
+    int32_t block_size, shift;  // shift: log2(block_size), or -1
+    int32_t n_kv, kv_head;
+    bool tile_in_block;
+
+    __device__ PagedRows(const int32_t* table_, int32_t block_size_, int32_t n_kv_, int32_t kv_head_)
+        : table(table_), block_size(block_size_), n_kv(n_kv_), kv_head(kv_head_) {
+        shift = (block_size & (block_size - 1)) == 0 ? __ffs(block_size) - 1 : -1;
+        tile_in_block = block_size % kTile == 0;
+    }
+    __device__ __forceinline__ int64_t row(int32_t t) const {
+        const int32_t b = shift >= 0 ? t >> shift : t / block_size;
+        return (static_cast<int64_t>(table[b]) * n_kv + kv_head) * block_size + (t - b * block_size);
+    }
+};
+
+// Starts the copy of tokens [t0, t0 + kTile) (t0 < t_end, a multiple of kTile) into a K and a V
+// tile; tokens at or past t_end are zero-filled (their scores are masked; zero V keeps 0 * V finite).
 template <int HD, typename KT>
-__device__ __forceinline__ void load_tile(KT* sk, KT* sv, const KT* kc, const KT* vc, const int32_t* table,
-                                          int32_t block_size, int32_t n_kv, int32_t kv_head, int32_t t0,
-                                          int32_t t_end, int lane) {
+__device__ __forceinline__ void load_tile(KT* sk, KT* sv, const KT* kc, const KT* vc, const PagedRows& rows,
+                                          int32_t t0, int32_t t_end, int lane) {
     constexpr int kChunks = HD / 8;
     constexpr int kPerLane = kTile * kChunks / 32;
     static_assert(kPerLane >= 1 && (kTile * kChunks) % 32 == 0, "tile shape");
+    const int64_t row0 = rows.tile_in_block ? rows.row(t0) : 0;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
         const int i = lane + 32 * j;
@@ -90,10 +112,7 @@ __device__ __forceinline__ void load_tile(KT* sk, KT* sv, const KT* kc, const KT
         const int32_t t = t0 + row;
         const bool valid = t < t_end;
         int64_t off = 0;
-        if (valid) {
-            const int64_t block = table[t / block_size];
-            off = ((block * n_kv + kv_head) * block_size + t % block_size) * HD + chunk * 8;
-        }
+        if (valid) off = (rows.tile_in_block ? row0 + row : rows.row(t)) * HD + chunk * 8;
         const int s = tile_offset<HD>(row, chunk);
         cp_async16(sk + s, kc + off, valid);
         cp_async16(sv + s, vc + off, valid);
@@ -104,16 +123,17 @@ __device__ __forceinline__ float exp2_or_zero(float x, float m) { return m == -I
 
 // The L2 lines of load_tile's K and V tiles (one prefetch per 128-byte line).
 template <int HD, typename KT>
-__device__ __forceinline__ void prefetch_tile(const KT* kc, const KT* vc, const int32_t* table, int32_t block_size,
-                                              int32_t n_kv, int32_t kv_head, int32_t t0, int32_t t_end, int lane) {
+__device__ __forceinline__ void prefetch_tile(const KT* kc, const KT* vc, const PagedRows& rows, int32_t t0,
+                                              int32_t t_end, int lane) {
     constexpr int kChunks = HD / 8;                       // 16-byte chunks per token row
     constexpr int kLine = 128 / (8 * sizeof(KT));         // chunks per 128-byte line
+    if (t0 >= t_end) return;
+    const int64_t row0 = rows.tile_in_block ? rows.row(t0) : 0;
     for (int i = lane; i < kTile * kChunks; i += 32) {
         const int row = i / kChunks, chunk = i % kChunks;
         const int32_t t = t0 + row;
         if (t >= t_end || chunk % kLine != 0) continue;
-        const int64_t block = table[t / block_size];
-        const int64_t off = ((block * n_kv + kv_head) * block_size + t % block_size) * HD + chunk * 8;
+        const int64_t off = (rows.tile_in_block ? row0 + row : rows.row(t)) * HD + chunk * 8;
         prefetch_l2(kc + off);
         prefetch_l2(vc + off);
     }
@@ -153,7 +173,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     const int32_t t_end = min(t_begin + split_tokens, ctx);
     const int32_t n_active = (ctx + split_tokens - 1) / split_tokens;
     const int32_t seq = batch.row_seq[row];
-    const int32_t* table = batch.block_tables + batch.seq_block_begin[seq];
+    const PagedRows paged(batch.block_tables + batch.seq_block_begin[seq], batch.block_size, n_kv, kv_head);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t4 = lane & 3;  // mma fragment coordinates
@@ -162,8 +182,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     // previous kernel (which writes q and the newest token's K/V) drains; then the wait.
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s)
-        prefetch_tile<HD>(kc, vc, table, batch.block_size, n_kv, kv_head, t_begin + (s * kWarps + warp) * kTile,
-                          t_end, lane);
+        prefetch_tile<HD>(kc, vc, paged, t_begin + (s * kWarps + warp) * kTile, t_end, lane);
     pdl_wait();
 
     // Q as A fragments (rows = query heads, scaled to base 2); heads past n_g are zero.
@@ -176,8 +195,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
             for (int r = 0; r < 4; ++r) {
                 const int h = g + (r & 1) * 8;
                 const int d = kk * 16 + t4 * 2 + (r >> 1) * 8;
-                const float x0 = h < n_g ? q0[h * HD + d] * scale_log2 : 0.0f;
-                const float x1 = h < n_g ? q0[h * HD + d + 1] * scale_log2 : 0.0f;
+                const float2 xy = h < n_g ? *reinterpret_cast<const float2*>(q0 + h * HD + d) : make_float2(0.0f, 0.0f);
+                const float x0 = xy.x * scale_log2, x1 = xy.y * scale_log2;
                 float rest[2];
                 qa[kk][r] = Pack<KT>::hi(x0, x1, rest);
                 if constexpr (Pack<KT>::kSplit) qa_lo[kk][r] = pack_lo<KT>(rest);
@@ -198,8 +217,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
         if (s < n_my)
-            load_tile<HD>(stage_k(s), stage_k(s) + kTile * HD, kc, vc, table, batch.block_size, n_kv, kv_head,
-                          tile_start(s), t_end, lane);
+            load_tile<HD>(stage_k(s), stage_k(s) + kTile * HD, kc, vc, paged, tile_start(s), t_end, lane);
         cp_async_commit();
     }
     for (int32_t i = 0; i < n_my; ++i) {
@@ -208,8 +226,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         {
             const int32_t next = i + kStages - 1;
             if (next < n_my)
-                load_tile<HD>(stage_k(next), stage_k(next) + kTile * HD, kc, vc, table, batch.block_size, n_kv,
-                              kv_head, tile_start(next), t_end, lane);
+                load_tile<HD>(stage_k(next), stage_k(next) + kTile * HD, kc, vc, paged, tile_start(next), t_end, lane);
             cp_async_commit();
         }
         const KT* sk = stage_k(i);
@@ -307,29 +324,38 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         if (head >= n_g) continue;
         float* dst = mrg + (warp * kHeadTile + head) * kRow;
 #pragma unroll
-        for (int n = 0; n < kN; ++n) {
-            dst[n * 8 + t4 * 2] = o[n][2 * h];
-            dst[n * 8 + t4 * 2 + 1] = o[n][2 * h + 1];
-        }
+        for (int n = 0; n < kN; ++n) *reinterpret_cast<float2*>(dst + n * 8 + t4 * 2) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
         if (t4 == 0) {
             dst[HD] = m[h];
             dst[HD + 1] = l[h];
         }
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < n_g * HD; idx += blockDim.x) {
-        const int head = idx / HD, d = idx % HD;
+    // Per head: the common maximum, each warp's weight exp2(m_w - max) and the merged sum, once.
+    __shared__ float s_weight[kHeadTile][kWarps], s_max[kHeadTile], s_sum[kHeadTile];
+    if (threadIdx.x < n_g) {
+        const int head = threadIdx.x;
         float mx = -INFINITY;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, mrg[(w * kHeadTile + head) * kRow + HD]);
-        float sum = 0.0f, a = 0.0f;
+        float sum = 0.0f;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) {
             const float* src = mrg + (w * kHeadTile + head) * kRow;
             const float c = exp2_or_zero(src[HD], mx);
+            s_weight[head][w] = c;
             sum += src[HD + 1] * c;
-            a += src[d] * c;
         }
+        s_max[head] = mx;
+        s_sum[head] = sum;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < n_g * HD; idx += blockDim.x) {
+        const int head = idx / HD, d = idx % HD;
+        const float mx = s_max[head], sum = s_sum[head];
+        float a = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) a += mrg[(w * kHeadTile + head) * kRow + d] * s_weight[head][w];
         const int64_t head_row = static_cast<int64_t>(row) * n_heads + head0 + head;
         if (n_splits == 1) {
             store_any(out, out_type, head_row * HD + d, a / sum);
