@@ -76,7 +76,7 @@ suffix() { [ "$1" = base ] && echo "" || echo "_ab_$(echo "${1#*=}" | tr -c 'A-Z
 if has attention; then  # B1 (issue 4): the fused kernel at 4K and 32K (--quick), or every row (ATTN_FULL=1)
   for e in $(variants); do
     x=$(suffix $e)
-    with_env $e timeout 200 $B bench attention $([ -n "${ATTN_FULL:-}" ] || echo --quick) --json-out "$LOG/attn$x.json" > "$LOG/attn$x.log" 2>&1
+    with_env $e timeout 200 $B bench attention $([ -n "${ATTN_FULL:-}" ] || echo --quick) ${ATTN_CONTEXTS:+--contexts $ATTN_CONTEXTS} --json-out "$LOG/attn$x.json" > "$LOG/attn$x.log" 2>&1
     echo "== bench attention [$e] rc=$?"; grep -E "^\|" "$LOG/attn$x.log" | head -40
   done
 fi
