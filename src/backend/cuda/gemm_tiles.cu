@@ -139,6 +139,27 @@ struct Stage {
     uint16_t d[Sh::kRows][kChunkBlocks];
 };
 
+// The A fragments of block b of a stage for the MT m16 tiles of row warp rw: a[mt][ks] holds rows
+// g and g + 8 of m tile mt (rows (rw MT + mt) 16 + g of the CTA) for k 0-15 (ks 0) and 16-31 of
+// the block, in the mma.sync A order (also wgmma's per-warp A order).
+template <int MT, class St>
+__device__ __forceinline__ void a_fragments(const St& s, int rw, int b, int g, int quad, uint32_t (&a)[MT][2][4]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        const int r0 = (rw * MT + mt) * 16 + g;
+        uint32_t lo[2][2], hi[2][2];  // rows g and g + 8 of the m tile
+        q4_0_fragment(*reinterpret_cast<const uint4*>(&s.w[r0][b * 16]), s.d[r0][b], quad, lo);
+        q4_0_fragment(*reinterpret_cast<const uint4*>(&s.w[r0 + 8][b * 16]), s.d[r0 + 8][b], quad, hi);
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {
+            a[mt][ks][0] = lo[ks][0];
+            a[mt][ks][1] = hi[ks][0];
+            a[mt][ks][2] = lo[ks][1];
+            a[mt][ks][3] = hi[ks][1];
+        }
+    }
+}
+
 // 8 bytes global -> shared (the four scales of a row's chunk); bytes past src_bytes are zero.
 __device__ __forceinline__ void cp_async8(void* dst, const void* src, int src_bytes) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
@@ -277,20 +298,7 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
 #pragma unroll
             for (int b = 0; b < kChunkBlocks; ++b) {
                 uint32_t a[MT][2][4];
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    const int r0 = (rw * MT + mt) * 16 + g;
-                    uint32_t lo[2][2], hi[2][2];
-                    q4_0_fragment(*reinterpret_cast<const uint4*>(&s.w[r0][b * 16]), s.d[r0][b], quad, lo);
-                    q4_0_fragment(*reinterpret_cast<const uint4*>(&s.w[r0 + 8][b * 16]), s.d[r0 + 8][b], quad, hi);
-#pragma unroll
-                    for (int ks = 0; ks < 2; ++ks) {
-                        a[mt][ks][0] = lo[ks][0];
-                        a[mt][ks][1] = hi[ks][0];
-                        a[mt][ks][2] = lo[ks][1];
-                        a[mt][ks][3] = hi[ks][1];
-                    }
-                }
+                a_fragments<MT>(s, rw, b, g, quad, a);
                 wgmma_fence();
 #pragma unroll
                 for (int ks = 0; ks < 2; ++ks) {
@@ -303,42 +311,29 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
             wgmma_wait<0>();  // this chunk's buffer may be refilled once every warpgroup is past here
         } else {
 #pragma unroll
-        for (int i = 0; i < kChunkBlocks / KW; ++i) {
-            const int b = i * KW + kw;
-            uint32_t a[MT][2][4];  // per m tile: the A fragments of k 0-15 and 16-31 of the block
+            for (int i = 0; i < kChunkBlocks / KW; ++i) {
+                const int b = i * KW + kw;
+                uint32_t a[MT][2][4];
+                a_fragments<MT>(s, rw, b, g, quad, a);
+                // Token fragments in groups of kGroup n tiles; within a group the MMAs go step by step, so
+                // the two that share an accumulator are 2 kGroup MMAs apart (mma.sync's latency is ~4 issues).
+                constexpr int kGroup = NT < 4 ? NT : 4;
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                const int r0 = (rw * MT + mt) * 16 + g;
-                uint32_t lo[2][2], hi[2][2];  // rows g and g + 8 of the m tile
-                q4_0_fragment(*reinterpret_cast<const uint4*>(&s.w[r0][b * 16]), s.d[r0][b], quad, lo);
-                q4_0_fragment(*reinterpret_cast<const uint4*>(&s.w[r0 + 8][b * 16]), s.d[r0 + 8][b], quad, hi);
+                for (int n0 = 0; n0 < NT; n0 += kGroup) {
+                    uint32_t bf[kGroup][4];  // k 0-7, 8-15, 16-23, 24-31 of the block for tokens (n0 + j) 8 .. + 7
 #pragma unroll
-                for (int ks = 0; ks < 2; ++ks) {
-                    a[mt][ks][0] = lo[ks][0];
-                    a[mt][ks][1] = hi[ks][0];
-                    a[mt][ks][2] = lo[ks][1];
-                    a[mt][ks][3] = hi[ks][1];
+                    for (int j = 0; j < kGroup; ++j)
+                        ldmatrix_x4(bf[j], &s.x[(n0 + j) * 8 + (lane & 7)][b * 32 + (lane >> 3) * 8]);
+#pragma unroll
+                    for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+                        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                            for (int j = 0; j < kGroup; ++j)
+                                mma_f16(acc[mt][n0 + j], a[mt][ks], bf[j][2 * ks], bf[j][2 * ks + 1]);
                 }
             }
-            // Token fragments in groups of kGroup n tiles; within a group the MMAs go step by step, so
-            // the two that share an accumulator are 2 kGroup MMAs apart (mma.sync's latency is ~4 issues).
-            constexpr int kGroup = NT < 4 ? NT : 4;
-#pragma unroll
-            for (int n0 = 0; n0 < NT; n0 += kGroup) {
-                uint32_t bf[kGroup][4];  // k 0-7, 8-15, 16-23, 24-31 of the block for tokens (n0 + j) 8 .. + 7
-#pragma unroll
-                for (int j = 0; j < kGroup; ++j)
-                    ldmatrix_x4(bf[j], &s.x[(n0 + j) * 8 + (lane & 7)][b * 32 + (lane >> 3) * 8]);
-#pragma unroll
-                for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                        for (int j = 0; j < kGroup; ++j)
-                            mma_f16(acc[mt][n0 + j], a[mt][ks], bf[j][2 * ks], bf[j][2 * ks + 1]);
-            }
         }
-        }  // mma.sync
     }
     cp_async_wait<0>();  // no copy may still target shared memory when the stages are reused
     float* flat = &acc[0][0][0];

@@ -10,7 +10,9 @@
 // two half2 operations per eight values (d * (q - 8) rounded once: the values of the F16 copy),
 // and multiplies them by the token fragments (ldmatrix), F32 accumulation. When the tiles alone
 // would leave SMs idle, K is split into slices; the last CTA of a tile to finish sums the slices'
-// partial tiles in slice order (results do not depend on timing) and runs the epilogue.
+// partial tiles in slice order (results do not depend on timing) and runs the epilogue. An sm_90a
+// build adds a 256 x 64 shape whose warpgroups multiply with wgmma m64n64k16 (A from the same
+// fragments, the tokens read by descriptor from shared memory); it is a variant, not a default.
 #pragma once
 
 #include <cuda_runtime.h>
