@@ -128,6 +128,11 @@ public:
     }
     // Ends the pass begun by begin_step (a recording backend runs it here).
     virtual void end_step() {}
+    // True when the backend records steps (or tunes kernels) on first use, so that an engine's
+    // first steps of each batch size cost more than later ones: the engine can warm it up at
+    // start-up. While `on`, the backend may also time its kernel choices (slow, once per shape).
+    virtual bool warms_up() const { return false; }
+    virtual void set_warming_up(bool on) { (void)on; }
 
     // Greedy sampling: dst[r] = the first index of the maximum of row r of an F32 tensor and,
     // when logprob is not null, logprob[r] = that token's log-softmax, x[r][dst[r]] - log sum_i

@@ -81,9 +81,13 @@ void add_kv_pool_options(CLI::App* cmd, KvPoolArgs* a) {
     cmd->add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
                     "as vLLM: the fraction (0, 1] of the device's memory this process may use; the KV pool gets "
                     "what the weights and activations leave of it");
+    cmd->add_flag("--no-warmup", a->no_warmup,
+                  "skip the start-up warm-up (CUDA: a few throw-away steps per batch size 1, 2, 4, ... max-seqs "
+                  "that load kernels, time GEMM algorithms and record the first graphs)");
 }
 
 Status apply_kv_pool_options(const KvPoolArgs& a, EngineOptions* eo) {
+    eo->warmup = !a.no_warmup;
     if (a.gpu_memory_utilization != 0) {
         if (!a.kv_cache_memory.empty())
             return make_error("give --kv-cache-memory or --gpu-memory-utilization, not both");

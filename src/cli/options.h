@@ -66,12 +66,13 @@ struct Runtime {
 // backend, decoder(s) and a KV cache of at least n_tokens tokens.
 Result<Runtime> make_runtime(const RunOptions& o, int64_t n_tokens);
 
-// The KV pool options of serve and bench throughput: --kv-cache-memory as bytes ("2GiB") or as
-// a percentage of the device memory free after loading ("90%"), or --gpu-memory-utilization F
-// (vLLM's rule). Empty and 0: 1 GiB.
+// The KV pool options of serve and the engine benchmarks: --kv-cache-memory as bytes ("2GiB") or
+// as a percentage of the device memory free after loading ("90%"), or --gpu-memory-utilization F
+// (vLLM's rule). Empty and 0: 1 GiB. Also --no-warmup (EngineOptions::warmup, on by default).
 struct KvPoolArgs {
     std::string kv_cache_memory;
     double gpu_memory_utilization = 0;
+    bool no_warmup = false;
 };
 void add_kv_pool_options(CLI::App* cmd, KvPoolArgs* a);
 Status apply_kv_pool_options(const KvPoolArgs& a, EngineOptions* eo);

@@ -105,6 +105,8 @@ struct Engine::Impl {
     std::pair<int64_t, bool> update_counters(const SchedulerOutput& plan);
     void note_step_time(int64_t n_decode, bool decode_only, double step_seconds);
     void refresh_occupancy();
+    Status warm_up();
+    std::string warmup_report;  // start-up report line, empty without a warm-up
 };
 
 // One engine step: schedule -> (draft) -> forward -> sample or verify -> postprocess.
@@ -376,6 +378,52 @@ void Engine::Impl::note_step_time(int64_t n_decode, bool decode_only, double ste
     }
 }
 
+// The warm-up's batch sizes: 1, 2, 4, ... below the most sequences one decode step can hold,
+// then that number (a power-of-two bucket of the backend's tuned GEMMs each, and the exact size a
+// full batch has). Each size runs b one-token requests for 3 tokens: one prefill step, then two
+// decode steps (the first eager, the second recorded), on the shortest context bucket.
+Status Engine::Impl::warm_up() {
+    const auto t0 = EngineClock::now();
+    const int64_t most = std::min<int64_t>({options.max_seqs, options.max_batched_tokens, blocks->n_free()});
+    std::vector<int64_t> sizes;
+    for (int64_t b = 1; b < most; b *= 2) sizes.push_back(b);
+    if (most >= 1) sizes.push_back(most);
+    const int64_t n_vocab = decoder.config().n_vocab;
+    decoder.backend().set_warming_up(true);
+    Status status = Status::ok();
+    for (const int64_t b : sizes) {
+        for (int64_t i = 0; i < b && status; ++i) {
+            Request r;
+            r.prompt_ids = {static_cast<int32_t>(i % n_vocab)};
+            r.sampling.temperature = 0;
+            r.sampling.ignore_eos = true;
+            r.sampling.max_tokens = 3;
+            auto id = submit(std::move(r), [](const EngineEvent&) {});
+            if (!id) status = id.status();
+        }
+        while (status) {
+            {
+                std::lock_guard<std::mutex> lock(mu);
+                if (live.empty()) break;
+            }
+            if (!step(&status)) break;
+        }
+        if (!status) break;
+    }
+    decoder.backend().set_warming_up(false);
+    MVLLM_TRY(status);
+    {
+        std::lock_guard<std::mutex> lock(counters_mu);
+        counters = EngineCounters{};
+        counters.n_total_blocks = counters.n_free_blocks = blocks->n_total();
+    }
+    blocks->reset_stats();
+    warmup_report = "warm-up: batch sizes 1.." + std::to_string(sizes.empty() ? 0 : sizes.back()) + " (" +
+                    std::to_string(sizes.size()) + " sizes) in " +
+                    std::to_string(static_cast<int>(1e3 * seconds(EngineClock::now() - t0))) + " ms";
+    return Status::ok();
+}
+
 Result<RequestId> Engine::Impl::submit(Request request, EventCallback on_event) {
     auto seq = std::make_unique<Sequence>();
     if (request.prompt_ids.empty() && !request.prompt_text.empty()) {
@@ -490,6 +538,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Decoder& decoder, const EngineOpt
     }
     if (mc.eos_token_id >= 0) impl->eos_ids.push_back(mc.eos_token_id);
     impl->counters.n_total_blocks = impl->counters.n_free_blocks = impl->plan.n_blocks;
+    if (o.warmup && decoder.backend().warms_up()) MVLLM_TRY(impl->warm_up().with_context("engine warm-up"));
     return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -554,7 +603,8 @@ EngineCounters Engine::counters() const {
 std::string Engine::startup_report() const {
     const std::string& source = impl_->budget_source;
     return impl_->plan.report() + (source.empty() ? "" : "; budget: " + source) +
-           (impl_->speculator ? "\n" + impl_->speculator->report() : "");
+           (impl_->speculator ? "\n" + impl_->speculator->report() : "") +
+           (impl_->warmup_report.empty() ? "" : "\n" + impl_->warmup_report);
 }
 
 }  // namespace mvllm

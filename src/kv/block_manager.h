@@ -55,6 +55,7 @@ public:
     const PrefixCacheStats& stats() const { return stats_; }
     int32_t ref_count(int32_t block) const { return blocks_[block].ref_count; }
     void note_pending_wait() { ++stats_.n_pending_waits; }
+    void reset_stats() { stats_ = {}; }
 
     // Blocks that table needs in addition to its own to hold n_tokens tokens.
     int64_t blocks_needed(const BlockTable& table, int64_t n_tokens) const;

@@ -78,6 +78,10 @@ public:
     // copy, then one graph launch (graph_step.cpp).
     bool begin_step(const Batch& batch, uint64_t program, KvCache& cache) override;
     void end_step() override;
+    // Graphs are recorded and cuBLASLt algorithms chosen on first use: an engine warms them up.
+    bool warms_up() const override;
+    // While on, the first eager call of a GEMM shape times cuBLASLt's candidates (gemm_tuned.cuh).
+    void set_warming_up(bool on) override;
     // Recorded graphs so far (tests, benchmarks).
     int32_t n_graphs() const;
 

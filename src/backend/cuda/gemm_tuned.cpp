@@ -24,12 +24,13 @@ namespace {
         MVLLM_CHECK(mvllm_err_ == cudaSuccess) << #expr << ": " << cudaGetErrorString(mvllm_err_); \
     } while (0)
 
-bool tuning_enabled() {
-    static const bool on = [] {
+// MVLLM_GEMM_TUNE: "1" always tunes, "0" never, unset: while set_tuning(true) (the warm-up).
+int tuning_override() {
+    static const int v = [] {
         const char* e = std::getenv("MVLLM_GEMM_TUNE");
-        return e && std::string(e) == "1";
+        return e ? (std::string(e) == "1" ? 1 : std::string(e) == "0" ? 0 : -1) : -1;
     }();
-    return on;
+    return v;
 }
 
 // A tuned candidate must beat the heuristic's first choice by this much (timings of one
@@ -67,6 +68,9 @@ struct GemmTuner::Impl {
     float* scratch = nullptr;  // timing output
     size_t scratch_bytes = 0;
     cudaEvent_t t0 = nullptr, t1 = nullptr;
+    bool tuning = false;  // set_tuning
+
+    bool tuning_enabled() const { return tuning_override() >= 0 ? tuning_override() == 1 : tuning; }
 
     ~Impl() {
         for (auto& [key, p] : plans) {
@@ -122,6 +126,8 @@ GemmTuner::GemmTuner(void* workspace, size_t workspace_bytes) : impl_(std::make_
 
 GemmTuner::~GemmTuner() = default;
 
+void GemmTuner::set_tuning(bool on) { impl_->tuning = on; }
+
 bool GemmTuner::gemm(const void* w_f16, const void* x_f16, float* out, int64_t n_out, int64_t n_in,
                      int64_t n_tokens, bool accumulate, cudaStream_t stream) {
     Impl& im = *impl_;
@@ -149,7 +155,7 @@ bool GemmTuner::gemm(const void* w_f16, const void* x_f16, float* out, int64_t n
             return false;
         }
         p.algo = first.algo;
-        p.tuned = !tuning_enabled() || n_tokens > kTunedMaxTokens;  // nothing to time
+        p.tuned = n_tokens > kTunedMaxTokens;  // nothing to time
         const auto b = im.bucket_algos.find(bucket_key(key));
         cublasLtMatmulHeuristicResult_t check{};
         if (!p.tuned && b != im.bucket_algos.end() &&
@@ -158,12 +164,13 @@ bool GemmTuner::gemm(const void* w_f16, const void* x_f16, float* out, int64_t n
             p.algo = b->second;
             p.tuned = true;
         }
+        if (!im.tuning_enabled()) p.tuned = true;  // the heuristic's pick, untimed
         it = im.plans.emplace(key, p).first;
     }
     Impl::Plan& p = it->second;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     MVLLM_RT_OK(cudaStreamIsCapturing(stream, &capture));
-    if (!p.tuned && capture == cudaStreamCaptureStatusNone) {
+    if (!p.tuned && capture == cudaStreamCaptureStatusNone && im.tuning_enabled()) {
         cublasLtMatmulHeuristicResult_t found[kCandidates];
         int n_found = 0;
         MVLLM_LT_OK(cublasLtMatmulAlgoGetHeuristic(im.lt, p.op, p.a, p.b, p.c, p.c, im.pref, kCandidates, found,

@@ -13,11 +13,13 @@
 // met while a step is being recorded takes the first candidate and is tuned at its next eager
 // call; the engine's first step of every recorded shape is eager.
 //
-// Off by default (MVLLM_GEMM_TUNE=1 turns it on): on the H200 it saves 2-3 % of a 7B 64-sequence
-// step (5.73 -> 5.58 ms of graph time) but nothing on the 0.5B geometry, and the step that tunes
-// a row bucket costs ~100 ms more than an untuned one (mostly, it seems, the first launch of each
-// candidate kernel), which a 256-step benchmark or a server whose batch size wanders does not
-// earn back (bench/NOTES.md, sixth session).
+// Tuning happens only while it is switched on (set_tuning), which the engine does during its
+// start-up warm-up (engine.cpp): on the H200 it saves 2-3 % of a 7B 64-sequence step (5.73 ->
+// 5.58 ms of graph time in the sixth session) but nothing on the 0.5B geometry, and the step that
+// tunes a row bucket costs ~100 ms more than an untuned one (mostly, it seems, the first launch of
+// each candidate kernel), which a 256-step benchmark or a server whose batch size wanders does not
+// earn back when it happens while serving (bench/NOTES.md, sixth session). MVLLM_GEMM_TUNE=1
+// tunes every new shape at any time, MVLLM_GEMM_TUNE=0 never.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,6 +40,8 @@ public:
     GemmTuner(const GemmTuner&) = delete;
     GemmTuner& operator=(const GemmTuner&) = delete;
 
+    // Whether shapes first met from now on are tuned (MVLLM_GEMM_TUNE overrides it).
+    void set_tuning(bool on);
     // Returns false when cuBLASLt has no algorithm for the shape (the caller falls back).
     bool gemm(const void* w_f16, const void* x_f16, float* out, int64_t n_out, int64_t n_in, int64_t n_tokens,
               bool accumulate, cudaStream_t stream);

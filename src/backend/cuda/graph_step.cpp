@@ -264,6 +264,10 @@ void CudaBackend::Impl::evict_graphs(size_t keep) {
     }
 }
 
+bool CudaBackend::warms_up() const { return impl_->graphs_enabled; }
+
+void CudaBackend::set_warming_up(bool on) { impl_->gemm_tuner->set_tuning(on); }
+
 int32_t CudaBackend::n_graphs() const { return static_cast<int32_t>(impl_->graphs.size()); }
 
 }  // namespace mvllm

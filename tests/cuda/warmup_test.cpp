@@ -1,0 +1,89 @@
+// The engine's start-up warm-up on the CUDA backend (gpu label): it records graphs before any
+// request arrives, leaves no trace in the counters, the KV pool or the prefix-cache telemetry,
+// and does not change what a request generates (greedy tokens equal to an engine without it).
+#include <gtest/gtest.h>
+
+#include "cuda_test_util.h"
+#include "engine/engine.h"
+#include "model/decoder.h"
+
+namespace mvllm::test {
+namespace {
+
+struct EngineRun {
+    std::vector<std::vector<int32_t>> tokens;  // per request
+    EngineCounters before, after;               // right after create, after the requests
+    std::string report;
+    int32_t graphs_at_start = 0;
+};
+
+EngineRun run_engine(const Model& model, bool warmup) {
+    EngineRun r;
+    auto be = make_cuda();
+    if (!be) return r;
+    auto dec = Decoder::create(model, *be);
+    EXPECT_TRUE(dec.is_ok()) << dec.status().message();
+    if (!dec.is_ok()) return r;
+    EngineOptions o;
+    o.kv_cache_blocks = 256;
+    o.block_size = 16;
+    o.kv_dtype = "f16";
+    o.max_batched_tokens = 512;
+    o.max_seqs = 12;
+    o.warmup = warmup;
+    auto engine = Engine::create(**dec, o);
+    EXPECT_TRUE(engine.is_ok()) << engine.status().message();
+    if (!engine.is_ok()) return r;
+    r.before = (*engine)->counters();
+    r.report = (*engine)->startup_report();
+    r.graphs_at_start = be->n_graphs();
+    const int64_t n_vocab = model.config.n_vocab;
+    const int n_requests = 5;
+    r.tokens.resize(n_requests);
+    for (int i = 0; i < n_requests; ++i) {
+        Request q;
+        for (int k = 0; k < 20 + 13 * i; ++k) q.prompt_ids.push_back(static_cast<int32_t>((7 + 31 * k + 101 * i) % n_vocab));
+        q.sampling.temperature = 0;
+        q.sampling.ignore_eos = true;
+        q.sampling.max_tokens = 24;
+        auto id = (*engine)->submit(std::move(q), [&r, i](const EngineEvent& e) {
+            if (e.kind == EngineEvent::Kind::Token) r.tokens[i].insert(r.tokens[i].end(), e.token_ids.begin(), e.token_ids.end());
+        });
+        EXPECT_TRUE(id.is_ok());
+    }
+    (*engine)->run_until_idle();
+    r.after = (*engine)->counters();
+    return r;
+}
+
+TEST(EngineWarmUp, RecordsGraphsAndLeavesNoTrace) {
+    MVLLM_REQUIRE_GPU();
+    auto model = load_model(std::string(MVLLM_FIXTURE_DIR) + "/tiny-qwen2");
+    ASSERT_TRUE(model.is_ok()) << model.status().message();
+    const EngineRun cold = run_engine(**model, false);
+    const EngineRun warm = run_engine(**model, true);
+    std::printf("%s\n", warm.report.c_str());
+    EXPECT_EQ(cold.graphs_at_start, 0);
+    EXPECT_EQ(cold.report.find("warm-up"), std::string::npos);
+    // Batch sizes 1, 2, 4, 8, 12: one graph each (context bucket 256).
+    EXPECT_EQ(warm.graphs_at_start, 5);
+    EXPECT_NE(warm.report.find("warm-up: batch sizes 1..12 (5 sizes)"), std::string::npos) << warm.report;
+    EXPECT_EQ(warm.before.n_steps, 0);
+    EXPECT_EQ(warm.before.n_finished, 0);
+    EXPECT_EQ(warm.before.n_prefill_tokens, 0);
+    EXPECT_EQ(warm.before.n_decode_tokens, 0);
+    EXPECT_EQ(warm.before.prefix_queries, 0);
+    EXPECT_EQ(warm.before.n_free_blocks, 256);
+    EXPECT_EQ(warm.before.n_total_blocks, 256);
+    ASSERT_EQ(warm.tokens.size(), cold.tokens.size());
+    for (size_t i = 0; i < cold.tokens.size(); ++i) {
+        EXPECT_EQ(cold.tokens[i].size(), 24u);
+        EXPECT_EQ(warm.tokens[i], cold.tokens[i]) << "request " << i;
+    }
+    EXPECT_EQ(warm.after.n_finished, 5);
+    EXPECT_EQ(warm.after.n_steps, cold.after.n_steps);
+    EXPECT_EQ(warm.after.n_free_blocks, warm.after.n_total_blocks);
+}
+
+}  // namespace
+}  // namespace mvllm::test
