@@ -52,6 +52,7 @@ CudaBackend::Impl::~Impl() {
     }
     for (auto& [key, g] : graphs) {
         if (g.exec) cudaGraphExecDestroy(g.exec);
+        if (g.graph) cudaGraphDestroy(g.graph);
         if (g.meta_device) cudaFree(g.meta_device);
     }
     for (void* p : weights) cudaFree(p);
@@ -141,6 +142,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     impl->options = options;
     const char* env = std::getenv("MVLLM_CUDA_GRAPHS");
     impl->graphs_enabled = options.graphs && !(env && std::string(env) == "0");
+    if (const char* e = std::getenv("MVLLM_CUDA_GRAPH_ABLATION")) impl->ablation_at = std::atoll(e);
     const char* timing_env = std::getenv("MVLLM_CUDA_STEP_TIMING");
     if (timing_env && std::string(timing_env) == "1") {
         impl->graph_timing.enabled = true;

@@ -44,7 +44,12 @@ struct StepGraph {
     // while these are unchanged (scratch buffers grow by reallocation).
     StepResources resources;
     uint64_t last_use = 0;  // the step counter at its last replay (least recently used goes first)
+    cudaGraph_t graph = nullptr;  // kept only for MVLLM_CUDA_GRAPH_ABLATION (graph_ablation.cpp)
+    int64_t n_replays = 0;
 };
+
+// graph_ablation.cpp: each kernel's cost inside a recorded step (a profiling aid).
+void ablate_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream, int32_t batch_size);
 
 // (program, cache storage, block size, batch size, context bucket).
 using StepKey = std::tuple<uint64_t, const void*, int32_t, int32_t, int32_t>;
@@ -111,6 +116,7 @@ struct CudaBackend::Impl {
 
     // Recorded decode steps.
     bool graphs_enabled = true;
+    int64_t ablation_at = 0;  // MVLLM_CUDA_GRAPH_ABLATION: the replay of each graph that is ablated (0: none)
     StepMode mode = StepMode::Eager;
     StepKey step_key;
     std::map<StepKey, StepGraph> graphs;  // at most kMaxGraphs, least recently used dropped

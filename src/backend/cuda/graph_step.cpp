@@ -167,6 +167,7 @@ bool CudaBackend::begin_step(const Batch& b, uint64_t program, KvCache& cache) {
     auto it = im.graphs.find(key);
     if (it != im.graphs.end() && it->second.resources != im.resources()) {
         cudaGraphExecDestroy(it->second.exec);
+        if (it->second.graph) cudaGraphDestroy(it->second.graph);
         cudaFree(it->second.meta_device);
         im.graphs.erase(it);
         im.seen.erase(key);
@@ -220,7 +221,8 @@ void CudaBackend::end_step() {
         cudaGraph_t graph = nullptr;
         MVLLM_CUDA_OK(cudaStreamEndCapture(im.stream, &graph));
         MVLLM_CUDA_OK(cudaGraphInstantiate(&g.exec, graph, 0));
-        cudaGraphDestroy(graph);
+        if (im.ablation_at > 0) g.graph = graph;
+        else cudaGraphDestroy(graph);
         g.resources = im.resources();
     }
     Impl::GraphTiming& t = im.graph_timing;
@@ -238,6 +240,7 @@ void CudaBackend::end_step() {
         MVLLM_CUDA_OK(cudaEventRecord(t.stop, im.stream));
         t.pending = true;
     }
+    if (g.graph && ++g.n_replays == im.ablation_at) ablate_graph(g.graph, g.exec, im.stream, std::get<3>(im.step_key));
     im.mode = StepMode::Eager;
 }
 
@@ -258,6 +261,7 @@ void CudaBackend::Impl::evict_graphs(size_t keep) {
             if (g->second.last_use < lru->second.last_use) lru = g;
         MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // a replay may still read its metadata
         if (lru->second.exec) cudaGraphExecDestroy(lru->second.exec);
+        if (lru->second.graph) cudaGraphDestroy(lru->second.graph);
         cudaFree(lru->second.meta_device);
         seen.erase(lru->first);
         graphs.erase(lru);

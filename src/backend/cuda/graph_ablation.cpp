@@ -1,0 +1,113 @@
+// MVLLM_CUDA_GRAPH_ABLATION=N (a profiling aid; it corrupts the run's outputs): at the N-th replay
+// of a recorded step, time the graph as recorded, then again with each kernel's nodes disabled in
+// turn (cudaGraphNodeSetEnabled), and print what each kernel costs inside the graph: the
+// difference, which includes the launch gap and the drain the kernel causes there, and reflects
+// programmatic dependent launch overlap, which a kernel-by-kernel profiler (ncu) cannot see.
+// Disabled kernels leave stale data behind, so the replays after it compute garbage.
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend_impl.h"
+
+namespace mvllm {
+namespace {
+
+// "void mvllm::cuda::(anonymous namespace)::gemv_qx_kernel<(mvllm::DType)2, 1, false>(...)"
+// -> "gemv_qx_kernel<(mvllm::DType)2, 1, false>".
+std::string short_name(const char* mangled) {
+    int status = 0;
+    char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+    std::string s = status == 0 && d ? d : mangled;
+    std::free(d);
+    int depth = 0;
+    size_t cut = s.size();
+    for (size_t i = 0; i < s.size(); ++i) {  // the argument list: the first '(' outside <>
+        if (s[i] == '<') ++depth;
+        else if (s[i] == '>') --depth;
+        else if (s[i] == '(' && depth == 0) { cut = i; break; }
+    }
+    s = s.substr(0, cut);
+    const size_t colon = s.rfind("::", s.find('<') == std::string::npos ? s.size() : s.find('<'));
+    if (colon != std::string::npos) s = s.substr(colon + 2);
+    if (s.rfind("void ", 0) == 0) s = s.substr(5);
+    return s.size() > 90 ? s.substr(0, 87) + "..." : s;
+}
+
+float time_replays(cudaGraphExec_t exec, cudaStream_t stream, cudaEvent_t a, cudaEvent_t b, int reps) {
+    MVLLM_CUDA_OK(cudaGraphLaunch(exec, stream));  // warm
+    MVLLM_CUDA_OK(cudaEventRecord(a, stream));
+    for (int i = 0; i < reps; ++i) MVLLM_CUDA_OK(cudaGraphLaunch(exec, stream));
+    MVLLM_CUDA_OK(cudaEventRecord(b, stream));
+    MVLLM_CUDA_OK(cudaEventSynchronize(b));
+    float ms = 0;
+    MVLLM_CUDA_OK(cudaEventElapsedTime(&ms, a, b));
+    return 1e3f * ms / reps;  // us per replay
+}
+
+}  // namespace
+
+void ablate_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream, int32_t batch_size) {
+    size_t n = 0;
+    MVLLM_CUDA_OK(cudaGraphGetNodes(graph, nullptr, &n));
+    std::vector<cudaGraphNode_t> nodes(n);
+    MVLLM_CUDA_OK(cudaGraphGetNodes(graph, nodes.data(), &n));
+    std::map<std::string, std::vector<cudaGraphNode_t>> groups;
+    size_t n_kernels = 0;
+    for (cudaGraphNode_t node : nodes) {
+        cudaGraphNodeType type;
+        MVLLM_CUDA_OK(cudaGraphNodeGetType(node, &type));
+        if (type != cudaGraphNodeTypeKernel) continue;
+        ++n_kernels;
+        cudaKernelNodeParams p{};
+        std::string name = "(kernel of unknown name)";
+        if (cudaGraphKernelNodeGetParams(node, &p) == cudaSuccess) {
+            const char* mangled = nullptr;
+            if (p.func && cudaFuncGetName(&mangled, p.func) == cudaSuccess && mangled) name = short_name(mangled);
+            else {
+                char buf[64];
+                std::snprintf(buf, sizeof(buf), "(unnamed %p)", p.func);
+                name = buf;
+            }
+        }
+        cudaGetLastError();
+        groups[name].push_back(node);
+    }
+    cudaEvent_t a, b;
+    MVLLM_CUDA_OK(cudaEventCreate(&a));
+    MVLLM_CUDA_OK(cudaEventCreate(&b));
+    constexpr int kReps = 20;
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));
+    const float base = time_replays(exec, stream, a, b, kReps);
+    struct Row {
+        std::string name;
+        size_t count;
+        float saved;
+    };
+    std::vector<Row> rows;
+    for (auto& [name, members] : groups) {
+        for (cudaGraphNode_t node : members) MVLLM_CUDA_OK(cudaGraphNodeSetEnabled(exec, node, 0));
+        const float t = time_replays(exec, stream, a, b, kReps);
+        for (cudaGraphNode_t node : members) MVLLM_CUDA_OK(cudaGraphNodeSetEnabled(exec, node, 1));
+        rows.push_back({name, members.size(), base - t});
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    std::sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) { return x.saved > y.saved; });
+    float sum = 0;
+    for (const Row& r : rows) sum += r.saved;
+    std::fprintf(stderr, "graph ablation: %d sequences, %zu kernel nodes, %.1f us per replay (%d replays each)\n",
+                 batch_size, n_kernels, base, kReps);
+    std::fprintf(stderr, "| kernel | nodes | us per step without it saved | us per node | share |\n|---|---|---|---|---|\n");
+    for (const Row& r : rows)
+        std::fprintf(stderr, "| %s | %zu | %.1f | %.2f | %.1f %% |\n", r.name.c_str(), r.count, r.saved,
+                     r.saved / r.count, 100.0 * r.saved / base);
+    std::fprintf(stderr, "| (sum of the rows) | | %.1f | | %.1f %% |\n", sum, 100.0 * sum / base);
+}
+
+}  // namespace mvllm
