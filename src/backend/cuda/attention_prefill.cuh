@@ -42,9 +42,8 @@ constexpr int32_t min_query_tokens(int32_t group) { return (kRows + group - 1) /
 // Starts the copy of context tokens [t0, t0 + kKv) of (table, kv_head) into a K and a V tile (all
 // threads of the CTA); tokens at or past t_end are zero-filled (masked, and 0 * V stays finite).
 template <int HD, typename KT>
-__device__ __forceinline__ void load_kv_tile(KT* sk, KT* sv, const KT* kc, const KT* vc, const int32_t* table,
-                                             int32_t block_size, int32_t n_kv, int32_t kv_head, int32_t t0,
-                                             int32_t t_end) {
+__device__ __forceinline__ void load_kv_tile(KT* sk, KT* sv, const KT* kc, const KT* vc,
+                                             const mma_decode::PagedRows& rows, int32_t t0, int32_t t_end) {
     constexpr int kChunks = HD / 8;
     constexpr int kThreads = kWarps * 32;
     static_assert((kKv * kChunks) % kThreads == 0, "tile shape");
@@ -55,10 +54,7 @@ __device__ __forceinline__ void load_kv_tile(KT* sk, KT* sv, const KT* kc, const
         const int32_t t = t0 + row;
         const bool valid = t < t_end;
         int64_t off = 0;
-        if (valid) {
-            const int64_t block = table[t / block_size];
-            off = ((block * n_kv + kv_head) * block_size + t % block_size) * HD + chunk * 8;
-        }
+        if (valid) off = rows.row(t) * HD + chunk * 8;  // a shift, not a division, for power-of-two blocks
         const int s = tile_offset<HD>(row, chunk);
         cp_async16(sk + s, kc + off, valid);
         cp_async16(sv + s, vc + off, valid);
@@ -139,12 +135,12 @@ __global__ void __launch_bounds__(kWarps * 32)
 
     auto stage = [&](int32_t i) { return reinterpret_cast<KT*>(smem) + (i % kStages) * 2 * kKv * HD; };
     const int32_t n_tiles = (kv_end + kKv - 1) / kKv;
-    load_kv_tile<HD>(stage(0), stage(0) + kKv * HD, kc, vc, table, batch.block_size, n_kv, kv_head, 0, kv_end);
+    const mma_decode::PagedRows rows(table, batch.block_size, n_kv, kv_head);
+    load_kv_tile<HD>(stage(0), stage(0) + kKv * HD, kc, vc, rows, 0, kv_end);
     cp_async_commit();
     for (int32_t i = 0; i < n_tiles; ++i) {
         if (i + 1 < n_tiles)
-            load_kv_tile<HD>(stage(i + 1), stage(i + 1) + kKv * HD, kc, vc, table, batch.block_size, n_kv, kv_head,
-                             (i + 1) * kKv, kv_end);
+            load_kv_tile<HD>(stage(i + 1), stage(i + 1) + kKv * HD, kc, vc, rows, (i + 1) * kKv, kv_end);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
