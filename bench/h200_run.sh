@@ -104,13 +104,14 @@ if has throughput; then  # B4(a) with F16 KV and activations (llama.cpp's defaul
         for e in $(variants); do
           x=$(suffix $e)
           tenv=MVLLM_GEMM_TILES_MAX_ROWS=$tiles; [ $tiles = default ] && tenv=MVLLM_GEMM_TILES_DEFAULT=1
+          # B4_EXTRA: more bench throughput arguments (e.g. --no-warmup), B4_TAG: their file-name suffix.
+          r="b4a_${p}_b${n}_tiles$tiles$x${B4_TAG:-}"
           with_env $e env $tenv MVLLM_CUDA_STEP_TIMING=1 timeout 150 $B bench throughput \
-            -m "$f" --device cuda --num-requests $n \
+            -m "$f" --device cuda --num-requests $n ${B4_EXTRA:-} \
             --max-seqs $n --input-len 512 --output-len 256 --max-batched-tokens $((n * 512)) --kv-cache-memory 90% \
-            --kv-dtype f16 --activation-dtype f16 --json-out "$LOG/b4a_${p}_b${n}_tiles$tiles$x.json" \
-            > "$LOG/b4a_${p}_b${n}_tiles$tiles$x.log" 2>&1
-          echo "B4a $p B=$n tiles<=$tiles [$e] rc=$?: $(tail -1 "$LOG/b4a_${p}_b${n}_tiles$tiles$x.log")"
-          grep -h "graph launches" "$LOG/b4a_${p}_b${n}_tiles$tiles$x.log"
+            --kv-dtype f16 --activation-dtype f16 --json-out "$LOG/$r.json" > "$LOG/$r.log" 2>&1
+          echo "B4a $p B=$n tiles<=$tiles [$e] ${B4_EXTRA:-} rc=$?: $(tail -1 "$LOG/$r.log")"
+          grep -h -E "graph launches|warm-up|graph ablation|% \|$" "$LOG/$r.log" | head -60
         done
       done
     done
