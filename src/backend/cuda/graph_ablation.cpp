@@ -4,6 +4,7 @@
 // difference, which includes the launch gap and the drain the kernel causes there, and reflects
 // programmatic dependent launch overlap, which a kernel-by-kernel profiler (ncu) cannot see.
 // Disabled kernels leave stale data behind, so the replays after it compute garbage.
+#include <cuda.h>  // driver types only: the functions come through cudaGetDriverEntryPointByVersion
 #include <cxxabi.h>
 
 #include <algorithm>
@@ -25,6 +26,8 @@ std::string short_name(const char* mangled) {
     char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
     std::string s = status == 0 && d ? d : mangled;
     std::free(d);
+    for (const std::string anon : {"(anonymous namespace)::", "mvllm::", "cuda::"})
+        for (size_t at; (at = s.find(anon)) != std::string::npos;) s.erase(at, anon.size());
     int depth = 0;
     size_t cut = s.size();
     for (size_t i = 0; i < s.size(); ++i) {  // the argument list: the first '(' outside <>
@@ -33,10 +36,10 @@ std::string short_name(const char* mangled) {
         else if (s[i] == '(' && depth == 0) { cut = i; break; }
     }
     s = s.substr(0, cut);
+    if (s.rfind("void ", 0) == 0) s = s.substr(5);
     const size_t colon = s.rfind("::", s.find('<') == std::string::npos ? s.size() : s.find('<'));
     if (colon != std::string::npos) s = s.substr(colon + 2);
-    if (s.rfind("void ", 0) == 0) s = s.substr(5);
-    return s.size() > 90 ? s.substr(0, 87) + "..." : s;
+    return s.size() > 110 ? s.substr(0, 107) + "..." : s;
 }
 
 float time_replays(cudaGraphExec_t exec, cudaStream_t stream, cudaEvent_t a, cudaEvent_t b, int reps) {
@@ -57,6 +60,17 @@ void ablate_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream, 
     MVLLM_CUDA_OK(cudaGraphGetNodes(graph, nullptr, &n));
     std::vector<cudaGraphNode_t> nodes(n);
     MVLLM_CUDA_OK(cudaGraphGetNodes(graph, nodes.data(), &n));
+    // Through the driver's node parameters, which also name the kernels that libraries (cuBLAS)
+    // launch with the driver API; the key adds the grid, which tells the matmul shapes apart.
+    using GetParams = CUresult (*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS*);
+    using FuncName = CUresult (*)(const char**, CUfunction);
+    using KernelName = CUresult (*)(const char**, CUkernel);
+    void *get_params = nullptr, *func_name = nullptr, *kernel_name = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    cudaGetDriverEntryPointByVersion("cuGraphKernelNodeGetParams", &get_params, 12000, cudaEnableDefault, &q);
+    cudaGetDriverEntryPointByVersion("cuFuncGetName", &func_name, 12030, cudaEnableDefault, &q);
+    cudaGetDriverEntryPointByVersion("cuKernelGetName", &kernel_name, 12030, cudaEnableDefault, &q);
+    cudaGetLastError();
     std::map<std::string, std::vector<cudaGraphNode_t>> groups;
     size_t n_kernels = 0;
     for (cudaGraphNode_t node : nodes) {
@@ -64,16 +78,16 @@ void ablate_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream, 
         MVLLM_CUDA_OK(cudaGraphNodeGetType(node, &type));
         if (type != cudaGraphNodeTypeKernel) continue;
         ++n_kernels;
-        cudaKernelNodeParams p{};
         std::string name = "(kernel of unknown name)";
-        if (cudaGraphKernelNodeGetParams(node, &p) == cudaSuccess) {
+        CUDA_KERNEL_NODE_PARAMS p{};
+        if (get_params && reinterpret_cast<GetParams>(get_params)(reinterpret_cast<CUgraphNode>(node), &p) == CUDA_SUCCESS) {
             const char* mangled = nullptr;
-            if (p.func && cudaFuncGetName(&mangled, p.func) == cudaSuccess && mangled) name = short_name(mangled);
-            else {
-                char buf[64];
-                std::snprintf(buf, sizeof(buf), "(unnamed %p)", p.func);
-                name = buf;
-            }
+            if (p.func && func_name) reinterpret_cast<FuncName>(func_name)(&mangled, p.func);
+            else if (p.kern && kernel_name) reinterpret_cast<KernelName>(kernel_name)(&mangled, p.kern);
+            if (mangled) name = short_name(mangled);
+            char grid[64];
+            std::snprintf(grid, sizeof(grid), " [%ux%ux%u]", p.gridDimX, p.gridDimY, p.gridDimZ);
+            name += grid;
         }
         cudaGetLastError();
         groups[name].push_back(node);
