@@ -14,6 +14,7 @@ void register_bench_attention_command(CLI::App& app) {
     static std::string device = "cuda", json_out;
     static bool quick = false;
     static std::vector<int> contexts;
+    static std::vector<int> batches = {1, 16};
     CLI::App* b = bench_group(app)->add_subcommand(
         "attention", "Decode attention per layer on the GPU, three variants (B1; JSON with --json-out)");
     b->add_option("--device", device, "cuda (the CPU variant is bench/cpu_attention_bench)")
@@ -23,12 +24,16 @@ void register_bench_attention_command(CLI::App& app) {
     b->add_option("--contexts", contexts, "only these contexts of the table (e.g. 128,4096; with --quick: fused only)")
         ->delimiter(',')
         ->check(CLI::IsMember({128, 256, 512, 1024, 2048, 4096, 16384, 32768}));
+    b->add_option("--batches", batches, "batch sizes (default 1,16; beyond 1 the contexts up to 4096)")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 512));
     b->callback([] {
 #ifdef MVLLM_HAVE_CUDA
         cuda::AttentionBenchOptions o;
         o.json_out = json_out;
         o.quick = quick;
         o.contexts = contexts;
+        o.batches = batches;
         std::exit(cuda::run_attention_bench(o));
 #else
         std::exit(fail(make_error("bench attention needs the CUDA backend (this build has none)")));

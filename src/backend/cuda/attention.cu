@@ -427,19 +427,70 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
 // F16/BF16 KV: the tensor-core kernels. Sequences with a prefill chunk of at least a row tile go
 // to the tiled prefill kernel (attention_prefill.cuh); the other rows to the decode kernel
 // (attention_mma.cuh), one launch with its splits merged in-kernel.
+// The decode kernel with W warps per CTA over `decode_rows` rows (all rows, or `rows`).
+template <int HD, typename KT, int W>
+void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
+                   int32_t n_heads, float scale_log2, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
+                   bool batch_invariant, const int32_t* rows, int32_t decode_rows) {
+    constexpr size_t kShared = mma_decode::shared_bytes<HD, KT, W>();
+    static const int ctas_per_sm = [] {
+        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kShared)));
+        int n = 0;
+        MVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mma_decode::decode_kernel<HD, KT, W>,
+                                                                      W * 32, kShared));
+        return std::max(n, 1);
+    }();
+    const int32_t group = n_heads / kv.n_kv_heads;
+    const int32_t n_tiles = (group + mma_decode::kHeadTile - 1) / mma_decode::kHeadTile;
+    // Batch-invariant: the fixed split positions of fused_split (the in-kernel merge walks a row's
+    // active splits in order, so a row's result depends on its own context only).
+    const FusedSplit split = batch_invariant ? fused_split(batch.n_tokens, kv.n_kv_heads, n_tiles, batch.max_context,
+                                                           n_sms, true)
+                                             : mma_split(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context,
+                                                         n_sms * ctas_per_sm, W * mma_decode::kTile);
+    float* part_o = nullptr;
+    float* part_ml = nullptr;
+    int32_t* counters = nullptr;
+    if (split.n_splits > 1) {
+        const size_t n_o = static_cast<size_t>(batch.n_tokens) * n_heads * split.n_splits * HD;
+        const size_t n_ml = static_cast<size_t>(batch.n_tokens) * n_heads * split.n_splits * 2;
+        ensure(&scratch.partial, &scratch.partial_bytes, (n_o + n_ml) * sizeof(float), "split partials");
+        part_o = static_cast<float*>(scratch.partial);
+        part_ml = part_o + n_o;
+        const size_t n_counters = static_cast<size_t>(batch.n_tokens) * kv.n_kv_heads * n_tiles;
+        if (scratch.counters_bytes < n_counters * sizeof(int32_t)) {
+            ensure(&scratch.counters, &scratch.counters_bytes, n_counters * sizeof(int32_t), "split counters");
+            // On `stream`: a legacy-stream memset would not be ordered before the kernel.
+            MVLLM_CUDA_CHECK(cudaMemsetAsync(scratch.counters, 0, scratch.counters_bytes, stream));  // kernels reset their own
+        }
+        counters = static_cast<int32_t*>(scratch.counters);
+    }
+    const dim3 grid(decode_rows, kv.n_kv_heads * n_tiles, split.n_splits);
+    launch_pdl(mma_decode::decode_kernel<HD, KT, W>, grid, W * 32, kShared, stream, batch,
+               static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
+               static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits, out.data,
+               out.type, part_o, part_ml, counters, rows);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+// Warps per CTA of the decode kernel: 8 (one CTA per SM at head_dim 128) or, with
+// MVLLM_ATTN_WARPS=4, 4 (two CTAs per SM: a batch of long rows fits one wave).
+int decode_warps() {
+    static const int w = [] {
+        const char* e = std::getenv("MVLLM_ATTN_WARPS");
+        return e && std::string(e) == "4" ? 4 : 8;
+    }();
+    return w;
+}
+
+// F16/BF16 KV: the tensor-core kernels. Sequences with a prefill chunk of at least a row tile go
+// to the tiled prefill kernel (attention_prefill.cuh); the other rows to the decode kernel
+// (attention_mma.cuh), one launch with its splits merged in-kernel.
 template <int HD, typename KT>
 void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                       int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
                       bool batch_invariant) {
-    constexpr size_t kShared = mma_decode::shared_bytes<HD, KT>();
-    static const int ctas_per_sm = [] {
-        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kShared)));
-        int n = 0;
-        MVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mma_decode::decode_kernel<HD, KT>,
-                                                                      mma_decode::kWarps * 32, kShared));
-        return std::max(n, 1);
-    }();
     const int32_t group = n_heads / kv.n_kv_heads;
     const float scale_log2 = scale * kLog2e;
     const int32_t* rows = nullptr;         // the decode kernel's rows: all (nullptr), or the short sequences'
@@ -468,36 +519,13 @@ void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
         if (decode_rows == 0) return;
         rows = batch.rows_by_query_len;
     }
-    const int32_t n_tiles = (group + mma_decode::kHeadTile - 1) / mma_decode::kHeadTile;
-    // Batch-invariant: the fixed split positions of fused_split (the in-kernel merge walks a row's
-    // active splits in order, so a row's result depends on its own context only).
-    const FusedSplit split = batch_invariant ? fused_split(batch.n_tokens, kv.n_kv_heads, n_tiles, batch.max_context,
-                                                           n_sms, true)
-                                             : mma_split(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context,
-                                                         n_sms * ctas_per_sm, mma_decode::kWarps * mma_decode::kTile);
-    float* part_o = nullptr;
-    float* part_ml = nullptr;
-    int32_t* counters = nullptr;
-    if (split.n_splits > 1) {
-        const size_t n_o = static_cast<size_t>(batch.n_tokens) * n_heads * split.n_splits * HD;
-        const size_t n_ml = static_cast<size_t>(batch.n_tokens) * n_heads * split.n_splits * 2;
-        ensure(&scratch.partial, &scratch.partial_bytes, (n_o + n_ml) * sizeof(float), "split partials");
-        part_o = static_cast<float*>(scratch.partial);
-        part_ml = part_o + n_o;
-        const size_t n_counters = static_cast<size_t>(batch.n_tokens) * kv.n_kv_heads * n_tiles;
-        if (scratch.counters_bytes < n_counters * sizeof(int32_t)) {
-            ensure(&scratch.counters, &scratch.counters_bytes, n_counters * sizeof(int32_t), "split counters");
-            // On `stream`: a legacy-stream memset would not be ordered before the kernel.
-            MVLLM_CUDA_CHECK(cudaMemsetAsync(scratch.counters, 0, scratch.counters_bytes, stream));  // kernels reset their own
-        }
-        counters = static_cast<int32_t*>(scratch.counters);
-    }
-    const dim3 grid(decode_rows, kv.n_kv_heads * n_tiles, split.n_splits);
-    launch_pdl(mma_decode::decode_kernel<HD, KT>, grid, mma_decode::kWarps * 32, kShared, stream,
-        batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
-        static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits, out.data,
-        out.type, part_o, part_ml, counters, rows);
-    MVLLM_CUDA_LAUNCH_CHECK();
+    // Batch-invariant mode keeps one fixed kernel shape (its split positions are fixed anyway).
+    if (decode_warps() == 4 && !batch_invariant)
+        decode_launch<HD, KT, 4>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant, rows,
+                                 decode_rows);
+    else
+        decode_launch<HD, KT, 8>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant, rows,
+                                 decode_rows);
 }
 
 template <int HD, typename KT>

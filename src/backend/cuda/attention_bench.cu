@@ -113,11 +113,11 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
     // (16 up to 4K, like the torch anchor).
     std::vector<RowSpec> rows;
     const int32_t contexts[] = {128, 256, 512, 1024, 2048, 4096, 16384, 32768};
-    for (int32_t batch : {1, 16})
+    for (int32_t batch : opt.batches)
         for (DType dt : {DType::F16, DType::F32, DType::BF16})
             for (int geo : {0, 1})
                 for (int32_t ctx : contexts) {
-                    if (batch == 16 && (ctx > 4096 || dt == DType::BF16)) continue;
+                    if (batch > 1 && (ctx > 4096 || dt == DType::BF16)) continue;
                     if (opt.quick && opt.contexts.empty() && !(ctx == 4096 || ctx == 32768)) continue;
                     if (!opt.contexts.empty() &&
                         std::find(opt.contexts.begin(), opt.contexts.end(), ctx) == opt.contexts.end())

@@ -10,6 +10,7 @@ struct AttentionBenchOptions {
     std::string json_out;  // empty: table on stdout only
     bool quick = false;    // contexts 4096 and 32768, the fused kernel only
     std::vector<int> contexts;  // only these contexts (empty: all of the table's; with quick: the fused kernel only)
+    std::vector<int> batches = {1, 16};  // batch sizes (beyond 1: contexts up to 4096)
 };
 
 // Runs the benchmark on device 0, printing a table; 0 on success.

@@ -22,15 +22,15 @@
 
 namespace mvllm::cuda::mma_decode {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = 8;     // warps per CTA by default (the kernel's W; 4 also built)
 constexpr int kTile = 16;    // context tokens per warp step
 constexpr int kStages = 3;   // tiles in flight per warp
 constexpr int kHeadTile = 16;  // query heads per CTA (the mma's M)
 
-template <int HD, typename KT>
+template <int HD, typename KT, int W = kWarps>
 constexpr size_t shared_bytes() {
-    const size_t pipeline = static_cast<size_t>(kWarps) * kStages * 2 * kTile * HD * sizeof(KT);
-    const size_t merge = static_cast<size_t>(kWarps) * kHeadTile * (HD + 2) * sizeof(float);
+    const size_t pipeline = static_cast<size_t>(W) * kStages * 2 * kTile * HD * sizeof(KT);
+    const size_t merge = static_cast<size_t>(W) * kHeadTile * (HD + 2) * sizeof(float);
     return pipeline > merge ? pipeline : merge;
 }
 
@@ -147,9 +147,9 @@ __device__ __forceinline__ void prefetch_tile(const KT* kc, const KT* vc, const 
 // split) and the split counter of the (row, head tile), which the merging CTA resets to 0. With
 // `rows`, CTA x takes batch row rows[x] (the short sequences' rows when the prefill kernel takes the
 // chunks), else row x. Launch: grid (rows ? their count : n_tokens, n_kv_heads * n_head_tiles, n_splits),
-// kWarps * 32 threads, shared_bytes<HD, KT>() of dynamic shared memory.
-template <int HD, typename KT>
-__global__ void __launch_bounds__(kWarps * 32, 1)
+// W * 32 threads, shared_bytes<HD, KT, W>() of dynamic shared memory.
+template <int HD, typename KT, int W>
+__global__ void __launch_bounds__(W * 32, 8 / W)
     decode_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv,
                   const float* q, int32_t n_heads, float scale_log2, int32_t split_tokens,
                   int32_t n_splits, void* out, DType out_type, float* part_o, float* part_ml, int32_t* counters,
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     // previous kernel (which writes q and the newest token's K/V) drains; then the wait.
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s)
-        prefetch_tile<HD>(kc, vc, paged, t_begin + (s * kWarps + warp) * kTile, t_end, lane);
+        prefetch_tile<HD>(kc, vc, paged, t_begin + (s * W + warp) * kTile, t_end, lane);
     pdl_wait();
 
     // Q as A fragments (rows = query heads, scaled to base 2); heads past n_g are zero.
@@ -209,10 +209,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     for (int n = 0; n < kN; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
 
-    const int32_t n_my = t_end > t_begin + warp * kTile ? (t_end - t_begin - warp * kTile + kWarps * kTile - 1) /
-                                                              (kWarps * kTile)
+    const int32_t n_my = t_end > t_begin + warp * kTile ? (t_end - t_begin - warp * kTile + W * kTile - 1) /
+                                                              (W * kTile)
                                                         : 0;
-    auto tile_start = [&](int32_t i) { return t_begin + (i * kWarps + warp) * kTile; };
+    auto tile_start = [&](int32_t i) { return t_begin + (i * W + warp) * kTile; };
     auto stage_k = [&](int32_t i) { return pipe + (i % kStages) * 2 * kTile * HD; };
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
@@ -332,15 +332,15 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     }
     __syncthreads();
     // Per head: the common maximum, each warp's weight exp2(m_w - max) and the merged sum, once.
-    __shared__ float s_weight[kHeadTile][kWarps], s_max[kHeadTile], s_sum[kHeadTile];
+    __shared__ float s_weight[kHeadTile][W], s_max[kHeadTile], s_sum[kHeadTile];
     if (threadIdx.x < n_g) {
         const int head = threadIdx.x;
         float mx = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, mrg[(w * kHeadTile + head) * kRow + HD]);
+        for (int w = 0; w < W; ++w) mx = fmaxf(mx, mrg[(w * kHeadTile + head) * kRow + HD]);
         float sum = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
+        for (int w = 0; w < W; ++w) {
             const float* src = mrg + (w * kHeadTile + head) * kRow;
             const float c = exp2_or_zero(src[HD], mx);
             s_weight[head][w] = c;
@@ -355,7 +355,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         const float mx = s_max[head], sum = s_sum[head];
         float a = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) a += mrg[(w * kHeadTile + head) * kRow + d] * s_weight[head][w];
+        for (int w = 0; w < W; ++w) a += mrg[(w * kHeadTile + head) * kRow + d] * s_weight[head][w];
         const int64_t head_row = static_cast<int64_t>(row) * n_heads + head0 + head;
         if (n_splits == 1) {
             store_any(out, out_type, head_row * HD + d, a / sum);
