@@ -436,6 +436,11 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     static const int ctas_per_sm = [] {
         MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kShared)));
+        // All of L1 as shared memory: otherwise the driver may configure just enough for one CTA
+        // per SM while the occupancy query (and the split plan) counts on two.
+        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W>,
+                                              cudaFuncAttributePreferredSharedMemoryCarveout,
+                                              cudaSharedmemCarveoutMaxShared));
         int n = 0;
         MVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mma_decode::decode_kernel<HD, KT, W>,
                                                                       W * 32, kShared));
@@ -474,14 +479,17 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
-// Warps per CTA of the decode kernel: 8 (one CTA per SM at head_dim 128) or, with
-// MVLLM_ATTN_WARPS=4, 4 (two CTAs per SM: a batch of long rows fits one wave).
-int decode_warps() {
-    static const int w = [] {
+// Warps per CTA of the decode kernel. 8 (one CTA per SM at head_dim 128) when the batch's
+// (row, KV head) pairs leave SMs free, so that the context is split over more warps; 4 (two CTAs
+// per SM) when those pairs alone fill the SMs: a batch of 64 7B rows (256 pairs) then runs as one
+// wave of 4-warp CTAs instead of two waves of 8-warp ones. MVLLM_ATTN_WARPS=4|8 forces either.
+int decode_warps(int64_t n_pairs, int32_t n_sms) {
+    static const int forced = [] {
         const char* e = std::getenv("MVLLM_ATTN_WARPS");
-        return e && std::string(e) == "4" ? 4 : 8;
+        return e ? std::atoi(e) : 0;
     }();
-    return w;
+    if (forced == 4 || forced == 8) return forced;
+    return n_pairs >= n_sms ? 4 : 8;
 }
 
 // F16/BF16 KV: the tensor-core kernels. Sequences with a prefill chunk of at least a row tile go
@@ -520,7 +528,7 @@ void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
         rows = batch.rows_by_query_len;
     }
     // Batch-invariant mode keeps one fixed kernel shape (its split positions are fixed anyway).
-    if (decode_warps() == 4 && !batch_invariant)
+    if (!batch_invariant && decode_warps(static_cast<int64_t>(decode_rows) * kv.n_kv_heads, n_sms) == 4)
         decode_launch<HD, KT, 4>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant, rows,
                                  decode_rows);
     else
