@@ -479,17 +479,20 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
-// Warps per CTA of the decode kernel. 8 (one CTA per SM at head_dim 128) when the batch's
-// (row, KV head) pairs leave SMs free, so that the context is split over more warps; 4 (two CTAs
-// per SM) when those pairs alone fill the SMs: a batch of 64 7B rows (256 pairs) then runs as one
-// wave of 4-warp CTAs instead of two waves of 8-warp ones. MVLLM_ATTN_WARPS=4|8 forces either.
-int decode_warps(int64_t n_pairs, int32_t n_sms) {
+// Warps per CTA of the decode kernel: 4 (two CTAs per SM at head_dim 128) when the batch's
+// (row, KV head) pairs alone fill the SMs and the contexts are short, else 8 (one CTA per SM).
+// Measured on the H200 (bench attention --batches 64, bench/NOTES.md, tenth session): 64 7B rows
+// of 512 tokens take 23.4 us with 4 warps against 28.8 us with 8, and the 7B 64-sequence decode
+// step 5.20 ms of graph against 5.41 ms; at 4096 tokens 4 warps take twice as long (306 against
+// 158 us), hence the context bound. MVLLM_ATTN_WARPS=4|8 forces either.
+constexpr int32_t kFourWarpsMaxContext = 1024;
+int decode_warps(int64_t n_pairs, int32_t max_context, int32_t n_sms) {
     static const int forced = [] {
         const char* e = std::getenv("MVLLM_ATTN_WARPS");
         return e ? std::atoi(e) : 0;
     }();
     if (forced == 4 || forced == 8) return forced;
-    return n_pairs >= n_sms ? 4 : 8;
+    return n_pairs >= n_sms && max_context <= kFourWarpsMaxContext ? 4 : 8;
 }
 
 // F16/BF16 KV: the tensor-core kernels. Sequences with a prefill chunk of at least a row tile go
@@ -528,7 +531,7 @@ void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
         rows = batch.rows_by_query_len;
     }
     // Batch-invariant mode keeps one fixed kernel shape (its split positions are fixed anyway).
-    if (!batch_invariant && decode_warps(static_cast<int64_t>(decode_rows) * kv.n_kv_heads, n_sms) == 4)
+    if (!batch_invariant && decode_warps(static_cast<int64_t>(decode_rows) * kv.n_kv_heads, batch.max_context, n_sms) == 4)
         decode_launch<HD, KT, 4>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant, rows,
                                  decode_rows);
     else
