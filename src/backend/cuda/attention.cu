@@ -482,10 +482,11 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
 // Warps per CTA of the decode kernel: 4 (two CTAs per SM at head_dim 128) when the batch's
 // (row, KV head) pairs alone fill the SMs and the contexts are short, else 8 (one CTA per SM).
 // Measured on the H200 (bench attention --batches 64, bench/NOTES.md, tenth session): 64 7B rows
-// of 512 tokens take 23.4 us with 4 warps against 28.8 us with 8, and the 7B 64-sequence decode
-// step 5.20 ms of graph against 5.41 ms; at 4096 tokens 4 warps take twice as long (306 against
-// 158 us), hence the context bound. MVLLM_ATTN_WARPS=4|8 forces either.
-constexpr int32_t kFourWarpsMaxContext = 1024;
+// take 23.4 / 41.5 / 78.9 us with 4 warps at 512 / 1024 / 2048 tokens against 28.7 / 47.3 / 82.9
+// with 8, and the 7B 64-sequence decode step ~2 % less graph time; at 4096 tokens 4 warps take
+// twice as long (306 against 158 us, cause not established), hence the context bound.
+// MVLLM_ATTN_WARPS=4|8 forces either.
+constexpr int32_t kFourWarpsMaxContext = 2048;
 int decode_warps(int64_t n_pairs, int32_t max_context, int32_t n_sms) {
     static const int forced = [] {
         const char* e = std::getenv("MVLLM_ATTN_WARPS");
