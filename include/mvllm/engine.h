@@ -126,11 +126,13 @@ struct EngineOptions {
     SchedulingPolicy policy = SchedulingPolicy::Fcfs;
     bool enable_prefix_cache = true;
     SpeculativeOptions speculative;
-    // Start-up warm-up (as vLLM records its CUDA graphs at start-up): on a backend that records
-    // steps or tunes kernels on first use (Backend::warms_up), a few throw-away requests for each
-    // batch size 1, 2, 4, ... up to max_seqs, so that serving never pays for loading kernels,
-    // timing GEMM algorithms or recording the first graphs. Counters are reset afterwards.
-    bool warmup = false;
+    // Start-up warm-up (as vLLM records its CUDA graphs at start-up): a few throw-away requests
+    // for each batch size 1, 2, 4, ... up to max_seqs (as many as the KV pool holds), so that
+    // serving never pays for loading kernels, timing GEMM algorithms or recording the first
+    // graphs. Counters are reset afterwards. Auto: only on a backend that records steps or tunes
+    // kernels on first use (Backend::warms_up); Always: on any backend (tests).
+    enum class Warmup { Off, Auto, Always };
+    Warmup warmup = Warmup::Off;
 };
 
 // Text streaming. The engine asks the factory for one decoder per request; without a factory and

@@ -87,7 +87,7 @@ void add_kv_pool_options(CLI::App* cmd, KvPoolArgs* a) {
 }
 
 Status apply_kv_pool_options(const KvPoolArgs& a, EngineOptions* eo) {
-    eo->warmup = !a.no_warmup;
+    eo->warmup = a.no_warmup ? EngineOptions::Warmup::Off : EngineOptions::Warmup::Auto;
     if (a.gpu_memory_utilization != 0) {
         if (!a.kv_cache_memory.empty())
             return make_error("give --kv-cache-memory or --gpu-memory-utilization, not both");

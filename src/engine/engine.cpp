@@ -384,7 +384,10 @@ void Engine::Impl::note_step_time(int64_t n_decode, bool decode_only, double ste
 // decode steps (the first eager, the second recorded), on the shortest context bucket.
 Status Engine::Impl::warm_up() {
     const auto t0 = EngineClock::now();
-    const int64_t most = std::min<int64_t>({options.max_seqs, options.max_batched_tokens, blocks->n_free()});
+    constexpr int kTokens = 4;  // a one-token prompt and 3 generated: the KV of 3 tokens
+    const int64_t blocks_each = (kTokens - 1 + blocks->block_size() - 1) / blocks->block_size();
+    int64_t most = std::min<int64_t>({options.max_seqs, options.max_batched_tokens, blocks->n_free() / blocks_each});
+    if (max_model_len < kTokens) most = 0;  // no room for a throw-away request: no warm-up
     std::vector<int64_t> sizes;
     for (int64_t b = 1; b < most; b *= 2) sizes.push_back(b);
     if (most >= 1) sizes.push_back(most);
@@ -397,7 +400,7 @@ Status Engine::Impl::warm_up() {
             r.prompt_ids = {static_cast<int32_t>(i % n_vocab)};
             r.sampling.temperature = 0;
             r.sampling.ignore_eos = true;
-            r.sampling.max_tokens = 3;
+            r.sampling.max_tokens = kTokens - 1;
             auto id = submit(std::move(r), [](const EngineEvent&) {});
             if (!id) status = id.status();
         }
@@ -418,9 +421,10 @@ Status Engine::Impl::warm_up() {
         counters.n_total_blocks = counters.n_free_blocks = blocks->n_total();
     }
     blocks->reset_stats();
-    warmup_report = "warm-up: batch sizes 1.." + std::to_string(sizes.empty() ? 0 : sizes.back()) + " (" +
-                    std::to_string(sizes.size()) + " sizes) in " +
-                    std::to_string(static_cast<int>(1e3 * seconds(EngineClock::now() - t0))) + " ms";
+    warmup_report = sizes.empty() ? "warm-up: skipped (the KV pool or the context has no room for a throw-away request)"
+                                  : "warm-up: batch sizes 1.." + std::to_string(sizes.back()) + " (" +
+                                        std::to_string(sizes.size()) + " sizes) in " +
+                                        std::to_string(static_cast<int>(1e3 * seconds(EngineClock::now() - t0))) + " ms";
     return Status::ok();
 }
 
@@ -538,7 +542,9 @@ Result<std::unique_ptr<Engine>> Engine::create(Decoder& decoder, const EngineOpt
     }
     if (mc.eos_token_id >= 0) impl->eos_ids.push_back(mc.eos_token_id);
     impl->counters.n_total_blocks = impl->counters.n_free_blocks = impl->plan.n_blocks;
-    if (o.warmup && decoder.backend().warms_up()) MVLLM_TRY(impl->warm_up().with_context("engine warm-up"));
+    if (o.warmup == EngineOptions::Warmup::Always ||
+        (o.warmup == EngineOptions::Warmup::Auto && decoder.backend().warms_up()))
+        MVLLM_TRY(impl->warm_up().with_context("engine warm-up"));
     return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

@@ -30,7 +30,7 @@ EngineRun run_engine(const Model& model, bool warmup) {
     o.kv_dtype = "f16";
     o.max_batched_tokens = 512;
     o.max_seqs = 12;
-    o.warmup = warmup;
+    o.warmup = warmup ? EngineOptions::Warmup::Auto : EngineOptions::Warmup::Off;
     auto engine = Engine::create(**dec, o);
     EXPECT_TRUE(engine.is_ok()) << engine.status().message();
     if (!engine.is_ok()) return r;

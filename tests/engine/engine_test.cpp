@@ -132,6 +132,51 @@ TEST(Engine, GreedyMatchesTransformersReference) {
 // A step whose requests are all plain greedy takes the backend's argmax; one penalised request in
 // the batch sends the whole step through the host sampler. Either way each request gets its own
 // tokens: the plain ones as alone, the penalised one never repeats a token.
+// The start-up warm-up's bookkeeping (forced on the CPU backend, which does not need it): it
+// leaves no trace in the counters, the pool or the prefix-cache telemetry, later requests
+// generate what they generate without it, and a pool too small for it skips it.
+TEST(Engine, WarmUpLeavesNoTraceAndChangesNoOutput) {
+    EngineOptions warm = small_options(64);
+    warm.warmup = EngineOptions::Warmup::Always;
+    auto engine = Engine::create(*tiny().decoder, warm);
+    ASSERT_TRUE(engine.is_ok()) << engine.status().message();
+    const std::string report = (*engine)->startup_report();
+    // max_seqs 16, max_batched_tokens 64, 64 blocks of 4: sizes 1, 2, 4, 8, 16.
+    EXPECT_NE(report.find("warm-up: batch sizes 1..16 (5 sizes)"), std::string::npos) << report;
+    const EngineCounters c = (*engine)->counters();
+    EXPECT_EQ(c.n_steps, 0);
+    EXPECT_EQ(c.n_finished, 0);
+    EXPECT_EQ(c.n_prefill_tokens, 0);
+    EXPECT_EQ(c.n_decode_tokens, 0);
+    EXPECT_EQ(c.prefix_queries, 0);
+    EXPECT_EQ(c.n_free_blocks, 64);
+    EXPECT_EQ(c.n_total_blocks, 64);
+    std::mt19937 rng(11);
+    std::vector<Request> requests(3);
+    for (size_t i = 0; i < requests.size(); ++i) {
+        requests[i].prompt_ids = random_prompt(rng, 9 + 7 * static_cast<int>(i));
+        requests[i].sampling = greedy(12);
+    }
+    const std::vector<Outcome> got = run_all(**engine, requests);
+    for (size_t i = 0; i < requests.size(); ++i)
+        EXPECT_EQ(got[i].tokens, greedy_alone(requests[i].prompt_ids, 12)) << "request " << i;
+    EXPECT_EQ((*engine)->counters().n_finished, 3);
+
+    EngineOptions tiny_pool = small_options(2, 1);  // a throw-away request needs 3 blocks of 1 token
+    tiny_pool.warmup = EngineOptions::Warmup::Always;
+    auto skipped = Engine::create(*tiny().decoder, tiny_pool);
+    ASSERT_TRUE(skipped.is_ok()) << skipped.status().message();
+    EXPECT_NE((*skipped)->startup_report().find("warm-up: skipped"), std::string::npos);
+    EXPECT_EQ((*skipped)->counters().n_steps, 0);
+
+    // Auto: only backends that record or tune on first use; the CPU backend does neither.
+    EngineOptions autow = small_options(64);
+    autow.warmup = EngineOptions::Warmup::Auto;
+    auto cpu = Engine::create(*tiny().decoder, autow);
+    ASSERT_TRUE(cpu.is_ok());
+    EXPECT_EQ((*cpu)->startup_report().find("warm-up"), std::string::npos);
+}
+
 TEST(Engine, PlainGreedyAndPenalisedRequestsShareSteps) {
     std::mt19937 rng(5);
     const std::vector<int32_t> p1 = random_prompt(rng, 9), p2 = random_prompt(rng, 6), p3 = random_prompt(rng, 12);
