@@ -395,6 +395,17 @@ void three_kernels(CudaAttention variant, const DeviceBatch& batch, const int64_
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
+// The split kernels' scratch: unnormalised o [rows][heads][splits][head_dim], then (max, sum)
+// [rows][heads][splits][2], grown as needed.
+void split_partials(AttentionScratch& scratch, int32_t n_rows, int32_t n_heads, int32_t n_splits, int32_t head_dim,
+                    float** part_o, float** part_ml) {
+    const size_t n_o = static_cast<size_t>(n_rows) * n_heads * n_splits * head_dim;
+    const size_t n_ml = static_cast<size_t>(n_rows) * n_heads * n_splits * 2;
+    ensure(&scratch.partial, &scratch.partial_bytes, (n_o + n_ml) * sizeof(float), "split partials");
+    *part_o = static_cast<float*>(scratch.partial);
+    *part_ml = *part_o + n_o;
+}
+
 template <int HD, typename KT, int G>
 void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                   int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
@@ -404,13 +415,7 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
     const FusedSplit split = fused_split(batch.n_tokens, kv.n_kv_heads, n_tiles, batch.max_context, n_sms, batch_invariant);
     float* part_o = nullptr;
     float* part_ml = nullptr;
-    if (split.n_splits > 1) {
-        const size_t n_o = static_cast<size_t>(batch.n_tokens) * n_heads * split.n_splits * HD;
-        const size_t n_ml = static_cast<size_t>(batch.n_tokens) * n_heads * split.n_splits * 2;
-        ensure(&scratch.partial, &scratch.partial_bytes, (n_o + n_ml) * sizeof(float), "split partials");
-        part_o = static_cast<float*>(scratch.partial);
-        part_ml = part_o + n_o;
-    }
+    if (split.n_splits > 1) split_partials(scratch, batch.n_tokens, n_heads, split.n_splits, HD, &part_o, &part_ml);
     const KvSource src{kv.k, kv.v, kv.n_kv_heads, HD, true, kv.block_size, batch.block_tables,
                        batch.seq_block_begin, nullptr};
     const dim3 grid(batch.n_tokens, kv.n_kv_heads * n_tiles, split.n_splits);
@@ -458,11 +463,7 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     float* part_ml = nullptr;
     int32_t* counters = nullptr;
     if (split.n_splits > 1) {
-        const size_t n_o = static_cast<size_t>(batch.n_tokens) * n_heads * split.n_splits * HD;
-        const size_t n_ml = static_cast<size_t>(batch.n_tokens) * n_heads * split.n_splits * 2;
-        ensure(&scratch.partial, &scratch.partial_bytes, (n_o + n_ml) * sizeof(float), "split partials");
-        part_o = static_cast<float*>(scratch.partial);
-        part_ml = part_o + n_o;
+        split_partials(scratch, batch.n_tokens, n_heads, split.n_splits, HD, &part_o, &part_ml);
         const size_t n_counters = static_cast<size_t>(batch.n_tokens) * kv.n_kv_heads * n_tiles;
         if (scratch.counters_bytes < n_counters * sizeof(int32_t)) {
             ensure(&scratch.counters, &scratch.counters_bytes, n_counters * sizeof(int32_t), "split counters");
