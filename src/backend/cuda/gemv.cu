@@ -493,20 +493,27 @@ __device__ __forceinline__ float round_to(DType t, float v) {
     return v;
 }
 
-// Reads: x row, weight. Writes: xn row (as rms_norm_kernel) and its QX blocks. One CTA
-// (kRmsThreads) per row; the same rms_scale as rms_norm_kernel.
+// Reads: x row blockIdx.x, weight. Writes: xn row (as rms_norm_kernel) and its QX blocks. A row
+// takes gridDim.y CTAs (kRmsThreads each): every one computes the row's scale exactly as
+// rms_norm_kernel does (the same bits), then quantises its share of the 32-value blocks, so a
+// decode step's few rows spread over several SMs instead of one warp walking several blocks.
 template <typename XT>
 __global__ void rms_norm_qx_kernel(const XT* x, const void* weight, DType weight_type, float eps, void* xn,
                                    DType xn_type, QxView q, int64_t width) {
-    pdl_begin();
+    pdl_trigger();
     __shared__ float scratch[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    const int64_t n_blocks = width / 32, stride = static_cast<int64_t>(n_warps) * gridDim.y;
+    const int64_t first = static_cast<int64_t>(blockIdx.y) * n_warps + warp;
+    // The norm weight is no kernel's output: its first value loads before the wait.
+    float w = first < n_blocks ? load_any(weight, weight_type, first * 32 + lane) : 0.0f;
+    pdl_wait();
     const int64_t base = blockIdx.x * width;
     const float scale = rms_scale(x, base, width, eps, scratch);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-    const int64_t n_blocks = width / 32;
-    for (int64_t blk = warp; blk < n_blocks; blk += n_warps) {
+    for (int64_t blk = first; blk < n_blocks; blk += stride) {
         const int64_t i = blk * 32 + lane;
-        const float v = round_to(xn_type, load_f(x, base + i) * scale * load_any(weight, weight_type, i));
+        if (blk != first) w = load_any(weight, weight_type, i);
+        const float v = round_to(xn_type, load_f(x, base + i) * scale * w);
         store_any(xn, xn_type, base + i, v);
         write_qx_block(q, blockIdx.x * n_blocks + blk, lane, v);
     }
@@ -641,7 +648,10 @@ void launch_rms_norm_qx(const TensorView& x, const TensorView& weight, float eps
     MVLLM_CHECK(x.ne[0] == qx.n_in && x.ne[1] == qx.n_rows && qx.n_in % 32 == 0 && xn.ne[0] == x.ne[0])
         << "rms_norm_qx shape";
     if (x.ne[1] == 0) return;
-    const unsigned grid = static_cast<unsigned>(x.ne[1]);
+    // A few rows (decode) take one CTA per 32 blocks each, up to about one CTA per SM in all.
+    const int64_t n_blocks = x.ne[0] / 32, rows = x.ne[1];
+    const int64_t per_row = rows < 128 ? std::min(ceil_div(n_blocks, kRmsThreads / 32), ceil_div(128, rows)) : 1;
+    const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(per_row));
     switch (x.type) {
         case DType::F32: launch_pdl(rms_norm_qx_kernel<float>, grid, kRmsThreads, 0, stream, static_cast<const float*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
         case DType::F16: launch_pdl(rms_norm_qx_kernel<__half>, grid, kRmsThreads, 0, stream, static_cast<const __half*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;

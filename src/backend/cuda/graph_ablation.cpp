@@ -92,6 +92,24 @@ void ablate_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream, 
         cudaGetLastError();
         groups[name].push_back(node);
     }
+    // A kernel that runs m times per layer with the same grid (at batch 1 the O and down GEMVs)
+    // is split by its occurrence in the layer: the layer count L is the commonest group size,
+    // and a group of m * L nodes becomes m groups "#0" .. "#m-1" (in recording order).
+    std::map<size_t, int> sizes;
+    for (const auto& [name, members] : groups) ++sizes[members.size()];
+    const size_t layers = std::max_element(sizes.begin(), sizes.end(), [](const auto& x, const auto& y) {
+                              return x.second < y.second;
+                          })->first;
+    std::map<std::string, std::vector<cudaGraphNode_t>> split;
+    for (auto& [name, members] : groups) {
+        const size_t m = members.size() / layers;
+        if (layers > 1 && m > 1 && members.size() % layers == 0) {
+            for (size_t i = 0; i < members.size(); ++i) split[name + " #" + std::to_string(i % m)].push_back(members[i]);
+        } else {
+            split[name] = std::move(members);
+        }
+    }
+    groups = std::move(split);
     cudaEvent_t a, b;
     MVLLM_CUDA_OK(cudaEventCreate(&a));
     MVLLM_CUDA_OK(cudaEventCreate(&b));

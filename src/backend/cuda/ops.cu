@@ -205,7 +205,9 @@ __global__ void rope_kv_store_kernel(const float* qkv, const float* bias, float*
                                      const float* inv_freq,
                                      const int64_t* slot_mapping, int32_t n_heads, int32_t n_kv_heads,
                                      int32_t head_dim, void* kc, void* vc, DType cache_type, int32_t block_size) {
-    pdl_begin();
+    // The rotation depends only on the step's metadata (uploaded before the first kernel), so its
+    // double-precision sincos runs while the QKV matmul before this kernel drains.
+    pdl_trigger();
     __shared__ float2 rot[kMaxRopePairs];
     const int32_t half = head_dim / 2;
     const int32_t q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
@@ -219,6 +221,7 @@ __global__ void rope_kv_store_kernel(const float* qkv, const float* bias, float*
         rot[i] = make_float2(static_cast<float>(cs_d), static_cast<float>(sn_d));
     }
     __syncthreads();
+    pdl_wait();
     // One (head, pair) per thread step: q heads first, then k heads; the gridDim.y CTAs of a row
     // share its work (a decode step has few rows).
     const int32_t first = blockIdx.y * blockDim.x + threadIdx.x, stride = blockDim.x * gridDim.y;
