@@ -386,24 +386,37 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     if (!s_last) return;
     __threadfence();
     if (n_active < kChunkedMergeMinSplits) {
-        // Few splits: each thread walks them for its (head, 4 dims), one after another.
+        // Few splits: each thread merges them for its (head, 4 dims). All the splits' (max, sum)
+        // pairs and o values are loaded at once (unrolled to the fixed bound, predicated on
+        // n_active), so the merge costs one L2 round trip, not one per split; the arithmetic is
+        // then a walk over the splits in order.
+        constexpr int kMax = kChunkedMergeMinSplits;
         for (int idx = threadIdx.x; idx < n_g * (HD / 4); idx += blockDim.x) {
             const int head = idx / (HD / 4), d4 = idx % (HD / 4);
             const int64_t head_row = static_cast<int64_t>(row) * n_heads + head0 + head;
-            const float* ml = part_ml + head_row * n_splits * 2;
+            const float2* ml = reinterpret_cast<const float2*>(part_ml + head_row * n_splits * 2);
+            const float4* po = reinterpret_cast<const float4*>(part_o + head_row * n_splits * HD) + d4;
+            float2 ms[kMax];
+            float4 v[kMax];
+#pragma unroll
+            for (int s = 0; s < kMax; ++s) {
+                ms[s] = s < n_active ? __ldcg(ml + s) : make_float2(-INFINITY, 0.0f);
+                v[s] = s < n_active ? __ldcg(po + s * (HD / 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
             float mx = -INFINITY;
-            for (int s = 0; s < n_active; ++s) mx = fmaxf(mx, __ldcg(ml + 2 * s));
+#pragma unroll
+            for (int s = 0; s < kMax; ++s) mx = fmaxf(mx, ms[s].x);
             float sum = 0.0f;
             float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-            for (int s = 0; s < n_active; ++s) {
-                const float c = exp2_or_zero(__ldcg(ml + 2 * s), mx);
-                sum += __ldcg(ml + 2 * s + 1) * c;
-                const float4 v = __ldcg(reinterpret_cast<const float4*>(part_o + (head_row * n_splits + s) * HD) + d4);
-                a.x += v.x * c;
-                a.y += v.y * c;
-                a.z += v.z * c;
-                a.w += v.w * c;
+#pragma unroll
+            for (int s = 0; s < kMax; ++s) {
+                if (s >= n_active) break;
+                const float c = exp2_or_zero(ms[s].x, mx);
+                sum += ms[s].y * c;
+                a.x += v[s].x * c;
+                a.y += v[s].y * c;
+                a.z += v[s].z * c;
+                a.w += v[s].w * c;
             }
             const int64_t o0 = head_row * HD + d4 * 4;
             store_any(out, out_type, o0, a.x / sum);
