@@ -476,7 +476,7 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     launch_pdl(mma_decode::decode_kernel<HD, KT, W>, grid, W * 32, kShared, stream, batch,
                static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
                static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits, out.data,
-               out.type, part_o, part_ml, counters, rows);
+               out.type, part_o, part_ml, counters, rows, early_loads() & kEarlyAttention ? 1 : 0);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

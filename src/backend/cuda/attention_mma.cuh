@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     decode_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv,
                   const float* q, int32_t n_heads, float scale_log2, int32_t split_tokens,
                   int32_t n_splits, void* out, DType out_type, float* part_o, float* part_ml, int32_t* counters,
-                  const int32_t* rows) {
+                  const int32_t* rows, int early) {
     pdl_trigger();
     static_assert(HD % 16 == 0, "head_dim must be a multiple of 16");
     constexpr int kK = HD / 16;   // k-steps of Q K^T
@@ -186,11 +186,27 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t4 = lane & 3;  // mma fragment coordinates
     KT* pipe = reinterpret_cast<KT*>(smem) + static_cast<size_t>(warp) * kStages * 2 * kTile * HD;
-    // Everything above read only the step's metadata. The warp's first tiles go to L2 while the
-    // previous kernel (which writes q and the newest token's K/V) drains; then the wait.
+    const int32_t n_my = t_end > t_begin + warp * kTile ? (t_end - t_begin - warp * kTile + W * kTile - 1) /
+                                                              (W * kTile)
+                                                        : 0;
+    auto tile_start = [&](int32_t i) { return t_begin + (i * W + warp) * kTile; };
+    auto stage_k = [&](int32_t i) { return pipe + (i % kStages) * 2 * kTile * HD; };
+    // Everything above read only the step's metadata. The K/V of tokens cached before this step
+    // is no kernel's output: the warp's first tiles that lie wholly before the step's first new
+    // token start their copies while the previous kernel (which writes q and the new tokens' K/V)
+    // drains; the rest follow the wait. (MVLLM_EARLY_LOADS=0: L2 prefetches only.)
+    int32_t n_pre = 0;
+    if (early) {
+        const int32_t first_new = batch.seq_context_len[seq] - batch.seq_n_tokens[seq];
+        for (; n_pre < kStages - 1 && n_pre < n_my && tile_start(n_pre) + kTile <= first_new; ++n_pre) {
+            load_tile<HD>(stage_k(n_pre), stage_k(n_pre) + kTile * HD, kc, vc, paged, tile_start(n_pre), t_end, lane);
+            cp_async_commit();
+        }
+    } else {
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s)
-        prefetch_tile<HD>(kc, vc, paged, t_begin + (s * W + warp) * kTile, t_end, lane);
+        for (int s = 0; s < kStages - 1; ++s)
+            prefetch_tile<HD>(kc, vc, paged, t_begin + (s * W + warp) * kTile, t_end, lane);
+    }
     pdl_wait();
 
     // Q as A fragments (rows = query heads, scaled to base 2); heads past n_g are zero.
@@ -217,13 +233,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     for (int n = 0; n < kN; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
 
-    const int32_t n_my = t_end > t_begin + warp * kTile ? (t_end - t_begin - warp * kTile + W * kTile - 1) /
-                                                              (W * kTile)
-                                                        : 0;
-    auto tile_start = [&](int32_t i) { return t_begin + (i * W + warp) * kTile; };
-    auto stage_k = [&](int32_t i) { return pipe + (i % kStages) * 2 * kTile * HD; };
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
+    for (int32_t s = n_pre; s < kStages - 1; ++s) {
         if (s < n_my)
             load_tile<HD>(stage_k(s), stage_k(s) + kTile * HD, kc, vc, paged, tile_start(s), t_end, lane);
         cp_async_commit();

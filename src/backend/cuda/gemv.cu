@@ -76,11 +76,6 @@ struct Item<DType::Q4_0> {
         q = load_weight16(m.body + i * 16);
         d = load_half_bits(m.scales + 2 * i);
     }
-    static __device__ __forceinline__ void prefetch(const QuantMatrix& m, int64_t row, int64_t it) {
-        const int64_t i = row * m.blocks_per_row + it;
-        prefetch_l2(m.body + i * 16);
-        prefetch_l2(m.scales + 2 * i);
-    }
     static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int) { return load_x_block(x, t, it); }
     __device__ __forceinline__ float dot(const X& x, int) const {
         const uint32_t lo[4] = {q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu};
@@ -103,11 +98,6 @@ struct Item<DType::Q8_0> {
         q0 = load_weight16(m.body + i * 32);
         q1 = load_weight16(m.body + i * 32 + 16);
         d = load_half_bits(m.scales + 2 * i);
-    }
-    static __device__ __forceinline__ void prefetch(const QuantMatrix& m, int64_t row, int64_t it) {
-        const int64_t i = row * m.blocks_per_row + it;
-        prefetch_l2(m.body + i * 32);
-        prefetch_l2(m.scales + 2 * i);
     }
     static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int) { return load_x_block(x, t, it); }
     __device__ __forceinline__ float dot(const X& x, int) const {
@@ -252,6 +242,34 @@ __host__ __device__ constexpr int items_unrolled() {
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
+// The items `it` of R rows of w (and of w2 for the second half, NS == 2) into registers.
+template <DType T, int NS, int R>
+__device__ __forceinline__ void load_items(Item<T> (&wv)[NS][R], const QuantMatrix& w, const QuantMatrix& w2,
+                                           const int64_t (&rows)[R], int64_t it) {
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[s][r].load(s ? w2 : w, rows[r], it);
+}
+
+// acc[s][r][t] += the dot product of item `it` of each row with the same values of token t.
+template <DType T, int NT, int NS, int R>
+__device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxView& x, int n_tokens, int64_t it,
+                                          float (&acc)[NS][R][NT]) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        if (t >= n_tokens) break;
+#pragma unroll
+        for (int p = 0; p < Item<T>::kParts; ++p) {
+            const typename Item<T>::X xv = Item<T>::load_x(x, t, it, p);
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int r = 0; r < R; ++r) acc[s][r][t] += wv[s][r].dot(xv, p);
+        }
+    }
+}
+
 // Reads: R rows of w (and of w2 when kPair) from row (blockIdx.x * (kGemvWarps / ks) + warp / ks) * R,
 // the n_tokens <= NT QX rows of x, bias. Writes: out [n_tokens][n_out] (F32; kPair: out_type).
 // Launch: grid ceil(n_out / (kGemvWarps / ks * R)), kGemvWarps * 32 threads, ks in {1, 2, 4}.
@@ -260,9 +278,9 @@ __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 // are summed in a fixed order (warp sums, then part 0 + 1 + ...), so a column's result depends
 // neither on the other columns nor on which CTA ran it.
 template <DType T, int NT, bool kPair>
-__global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_qx_kernel(QuantMatrix w, QuantMatrix w2, QxView x, const float* bias, void* out, DType out_type,
-                   int64_t n_out, int n_tokens, int accumulate, int ks) {
+__device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix& w2, const QxView& x, const float* bias,
+                                        void* out, DType out_type, int64_t n_out, int n_tokens, int accumulate, int ks,
+                                        int early) {
     using I = Item<T>;
     constexpr int R = rows_per_warp<T, NT, kPair>();
     constexpr int NS = kPair ? 2 : 1;
@@ -281,36 +299,38 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
         for (int r = 0; r < R; ++r)
 #pragma unroll
             for (int t = 0; t < NT; ++t) acc[s][r][t] = 0.0f;
-    const int64_t n_items = x.n_in / I::kValues;
-    // The weights do not depend on the previous kernel: the first item's lines go to L2 while it
-    // drains (programmatic dependent launch), then the wait.
-    pdl_trigger();
-    if (32 * part + lane < n_items)
-#pragma unroll
-        for (int s = 0; s < NS; ++s)
-#pragma unroll
-            for (int r = 0; r < R; ++r) I::prefetch(s ? w2 : w, rows[r], 32 * part + lane);
-    pdl_wait();
+    const int64_t n_items = x.n_in / I::kValues, it0 = 32 * part + lane, stride = 32 * ks;
+    // The weights are no kernel's output: while the previous kernel drains (programmatic dependent
+    // launch), the first kFirst items of every row load into registers (Q4_0: the loop's whole
+    // first step; Q8_0: one item), then the wait; they are dotted in the loop's order, so the sums
+    // are the same. The K-quants' larger items would cost occupancy (the peeled copy of the loop
+    // needs far more registers): their first item's lines go to L2 instead.
     constexpr int kUnroll = items_unrolled<T, NT, kPair>();
+    constexpr int kFirst = T == DType::Q4_0 ? kUnroll : T == DType::Q8_0 ? 1 : 0;
+    pdl_trigger();
+    if constexpr (kFirst > 0) {
+        if (!early) pdl_wait();  // MVLLM_EARLY_LOADS without bit 2, for A/B measurements
+        I first[kFirst][NS][R];
+#pragma unroll
+        for (int u = 0; u < kFirst; ++u)
+            if (it0 + u * stride < n_items) load_items(first[u], w, w2, rows, it0 + u * stride);
+        pdl_wait();
+#pragma unroll
+        for (int u = 0; u < kFirst; ++u)
+            if (it0 + u * stride < n_items) dot_items(first[u], x, n_tokens, it0 + u * stride, acc);
+    } else {
+        if (it0 < n_items)
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int r = 0; r < R; ++r) I::prefetch(s ? w2 : w, rows[r], it0);
+        pdl_wait();
+    }
 #pragma unroll kUnroll
-    for (int64_t it = 32 * part + lane; it < n_items; it += 32 * ks) {
+    for (int64_t it = it0 + kFirst * stride; it < n_items; it += stride) {
         I wv[NS][R];
-#pragma unroll
-        for (int s = 0; s < NS; ++s)
-#pragma unroll
-            for (int r = 0; r < R; ++r) wv[s][r].load(s ? w2 : w, rows[r], it);
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t >= n_tokens) break;
-#pragma unroll
-            for (int p = 0; p < I::kParts; ++p) {
-                const typename I::X xv = I::load_x(x, t, it, p);
-#pragma unroll
-                for (int s = 0; s < NS; ++s)
-#pragma unroll
-                    for (int r = 0; r < R; ++r) acc[s][r][t] += wv[s][r].dot(xv, p);
-            }
-        }
+        load_items(wv, w, w2, rows, it);
+        dot_items(wv, x, n_tokens, it, acc);
     }
 #pragma unroll
     for (int s = 0; s < NS; ++s)
@@ -355,6 +375,30 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
             }
         }
     }
+}
+
+// The kernels' arguments (one struct: the two kernels below take the same).
+struct GemvQxArgs {
+    QuantMatrix w, w2;
+    QxView x;
+    const float* bias;
+    void* out;
+    DType out_type;
+    int64_t n_out;
+    int n_tokens, accumulate, ks, early;
+};
+template <DType T, int NT, bool kPair>
+__device__ __forceinline__ void gemv_qx(const GemvQxArgs& a) {
+    gemv_qx<T, NT, kPair>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate, a.ks, a.early);
+}
+template <DType T, int NT, bool kPair>
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) { gemv_qx<T, NT, kPair>(a); }
+// Batch-1 Q4_0 (every matmul of a decode step but the LM head): 7 CTAs per SM (72 registers),
+// which its first items loaded before the wait would otherwise push to 6. (A minimum CTA count
+// on every instantiation makes ptxas spend far more registers on the others.)
+template <bool kPair>
+__global__ void __launch_bounds__(kGemvWarps * 32, 7) gemv_q4_0_b1_kernel(GemvQxArgs a) {
+    gemv_qx<DType::Q4_0, 1, kPair>(a);
 }
 
 // 16 bytes of a float weight row as f32 values (4 for F32, 8 for F16 / BF16).
@@ -546,8 +590,10 @@ void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, 
     const unsigned grid = static_cast<unsigned>(ceil_div(n_out, kGemvWarps / ks * R));
     const QuantMatrix m = quant_matrix<T>(w.data, w.ne[0], w.ne[1]);
     const QuantMatrix m2 = w2 ? quant_matrix<T>(w2->data, w2->ne[0], w2->ne[1]) : m;
-    launch_pdl(gemv_qx_kernel<T, NT, kPair>, grid, kGemvWarps * 32, 0, stream, m, m2, x, bias, out, out_type, n_out,
-                                                                       static_cast<int>(x.n_rows), accumulate, ks);
+    const GemvQxArgs args{m, m2, x, bias, out, out_type, n_out, static_cast<int>(x.n_rows), accumulate, ks,
+                          early_loads() & kEarlyGemv ? 1 : 0};
+    if constexpr (T == DType::Q4_0 && NT == 1) launch_pdl(gemv_q4_0_b1_kernel<kPair>, grid, kGemvWarps * 32, 0, stream, args);
+    else launch_pdl(gemv_qx_kernel<T, NT, kPair>, grid, kGemvWarps * 32, 0, stream, args);
 }
 
 template <int NT, bool kPair>

@@ -444,6 +444,14 @@ void launch_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const Te
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
+int early_loads() {
+    static const int mask = [] {
+        const char* e = std::getenv("MVLLM_EARLY_LOADS");
+        return e ? std::atoi(e) : 3;
+    }();
+    return mask;
+}
+
 bool pdl_enabled() {
     static const bool on = [] {
         const char* e = std::getenv("MVLLM_CUDA_PDL");
