@@ -303,8 +303,8 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
     // The weights are no kernel's output: while the previous kernel drains (programmatic dependent
     // launch), the first kFirst items of every row load into registers (Q4_0: the loop's whole
     // first step; Q8_0: one item), then the wait; they are dotted in the loop's order, so the sums
-    // are the same. The K-quants' larger items would cost occupancy (the peeled copy of the loop
-    // needs far more registers): their first item's lines go to L2 instead.
+    // are the same. The K-quants' items are two to three times larger (more registers held across
+    // the wait; not measured on the device): their first item's lines go to L2 instead.
     constexpr int kUnroll = items_unrolled<T, NT, kPair>();
     constexpr int kFirst = T == DType::Q4_0 ? kUnroll : T == DType::Q8_0 ? 1 : 0;
     pdl_trigger();
