@@ -93,14 +93,16 @@ def main():
         finally:
             os.remove(old)
 
+    # Keyed by the demangled name: the mangled one of an anonymous namespace depends on the file name.
     names = demangle(sorted(set(now) | set(before)))
-    rows = sorted((names[k], k) for k in names if args.filter in names[k])
+    now = {names[k]: v for k, v in now.items()}
+    before = {names[k]: v for k, v in before.items()}
     def cell(r):
         return "-" if r is None else f"{r[0]} regs" + (f", spills {r[1]}/{r[2]} B" if r[1] or r[2] else "")
-    for pretty, k in rows:
-        line = f"{pretty}: {cell(now.get(k))}"
+    for name in sorted(n for n in set(now) | set(before) if args.filter in n):
+        line = f"{name}: {cell(now.get(name))}"
         if args.against:
-            line += f"   ({args.against}: {cell(before.get(k))})"
+            line += f"   ({args.against}: {cell(before.get(name))})"
         print(line)
 
 
