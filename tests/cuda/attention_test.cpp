@@ -7,6 +7,7 @@
 
 #include "backend/cpu/attention.h"
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/matmul.cuh"
 #include "cuda_test_util.h"
 
 namespace mvllm::test {
@@ -106,6 +107,25 @@ void run_case(CudaAttentionVariant variant, DType kv_dtype, DType out_type, cons
     const double tol = out_type == DType::F32 ? (kv_dtype == DType::F32 ? 1e-4 : 1e-3)
                                               : (out_type == DType::F16 ? 1e-3 : 4e-3);
     const double err = rel_max_error(got, ref);
+    // With few rows the fused F16/BF16 decode kernel also writes the output's QX (the GEMV's
+    // activation format) for the output projection: a GEMV reading it gives the bits of one that
+    // quantises a copy of the output itself.
+    if (step.n_tokens() <= cuda::kGemvMaxTokens && q_width % 32 == 0) {
+        const int64_t n_out = 48;
+        std::vector<uint8_t> wb = encode_rows(DType::Q8_0, random_floats(n_out * q_width, seed + 4, 0.5f), q_width);
+        auto w = be->upload_weight(host_view(DType::Q8_0, q_width, n_out, wb.data()));
+        ASSERT_TRUE(w.is_ok()) << w.status().message();
+        TensorView copy = be->alloc(out_type, q_width, step.n_tokens());
+        be->upload(out_bytes.data(), copy);
+        TensorView via_attention = be->alloc(DType::F32, n_out, step.n_tokens());
+        TensorView via_copy = be->alloc(DType::F32, n_out, step.n_tokens());
+        be->matmul(*w, out, TensorView{}, via_attention);
+        be->matmul(*w, copy, TensorView{}, via_copy);
+        std::vector<float> a(static_cast<size_t>(n_out * step.n_tokens())), b(a.size());
+        be->download(via_attention, a.data());
+        be->download(via_copy, b.data());
+        EXPECT_EQ(a, b) << "GEMV after attention, kv " << type_name(kv_dtype) << " out " << type_name(out_type);
+    }
     EXPECT_LE(err, tol) << "variant " << static_cast<int>(variant) << " kv " << type_name(kv_dtype) << " out "
                         << type_name(out_type) << " heads " << g.n_heads << "/" << g.n_kv_heads << " d "
                         << g.head_dim << " block " << block_size;
@@ -143,6 +163,21 @@ TEST(CudaAttention, OddBlockSizesLongContextsAndF16Output) {
         run_case(variant, DType::F16, DType::F16, kGeometries[0], {{3000, 1}, {777, 3}, {2, 2}}, 16, seed++);
         run_case(variant, DType::F32, DType::F32, kGeometries[1], {{1500, 1}, {33, 1}}, 7, seed++);
         run_case(variant, DType::BF16, DType::F32, kGeometries[2], {{130, 40}, {5, 1}}, 32, seed++);
+    }
+}
+
+// Decode rows whose splits merge through thread-block clusters (short splits: a tile per warp):
+// one cluster per row (the mixed batches above), and here clusters of 8 whose results merge in
+// global memory, with a partly active last cluster (4000 and 1500 tokens: 32 and 12 of 32 / 16
+// splits) and F16 / BF16 output.
+TEST(CudaAttention, ClusterMergesMatchReference) {
+    MVLLM_REQUIRE_GPU();
+    uint64_t seed = 1500;
+    for (DType kv : {DType::F16, DType::BF16}) {
+        run_case(CudaAttentionVariant::Fused, kv, DType::F32, kGeometries[1], {{4000, 1}}, 16, seed++);
+        run_case(CudaAttentionVariant::Fused, kv, DType::F16, kGeometries[0], {{2000, 1}, {1500, 1}}, 16, seed++);
+        run_case(CudaAttentionVariant::Fused, kv, DType::BF16, kGeometries[1], {{600, 1}, {130, 1}}, 16, seed++);
+        run_case(CudaAttentionVariant::Fused, kv, DType::F32, kGeometries[1], {{40, 1}, {17, 1}}, 16, seed++);  // one split
     }
 }
 
@@ -185,6 +220,20 @@ TEST(CudaAttention, SplitPlanKeepsOneSplitWhenTheRowsFillTheSlots) {
     EXPECT_GE(prefill.split_tokens, 32768);
     const cuda::FusedSplit full = cuda::mma_split(66, 4, 4096, slots, 128);  // 264 CTAs: one wave
     EXPECT_EQ(full.n_splits, 1);
+}
+
+// With thread-block clusters of 8, a plan beyond 8 splits takes whole clusters, and stays within
+// one wave: 7B at 4K (4 KV heads) and 32K; 0.5B at 3000 tokens on 2 KV heads.
+TEST(CudaAttention, SplitPlanTakesWholeClusters) {
+    for (const auto& [ctas_per_row, context] : {std::pair{4, 4096}, {4, 32768}, {2, 3000}, {4, 640}}) {
+        const cuda::FusedSplit s = cuda::mma_split(1, ctas_per_row, context, 128, 128, 8);
+        EXPECT_GE(static_cast<int64_t>(s.n_splits) * s.split_tokens, context);
+        const int32_t padded = s.n_splits <= 8 ? s.n_splits : (s.n_splits + 7) / 8 * 8;
+        EXPECT_LE(padded * ctas_per_row, 128) << context;  // one wave of the 128 cluster slots
+        EXPECT_GT(s.n_splits, 1) << context;
+    }
+    EXPECT_EQ(cuda::mma_split(1, 4, 4096, 128, 128, 8).n_splits, 32);
+    EXPECT_EQ(cuda::mma_split(1, 4, 640, 128, 128, 8).n_splits, 5);
 }
 
 }  // namespace

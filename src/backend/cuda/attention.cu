@@ -1,7 +1,10 @@
 #include "backend/cuda/attention.cuh"
 
 #include <algorithm>
+#include <bit>
+#include <cstdio>
 #include <cstdlib>
+#include <vector>
 #include <string>
 #include <cstdint>
 #include <type_traits>
@@ -429,6 +432,33 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
     }
 }
 
+// How the decode kernel may merge its splits through thread-block clusters (MVLLM_ATTN_CLUSTER,
+// for A/B measurements): 0 never (global memory and the split counter only), 1 when one cluster
+// holds all of a row's splits, 2 (default) also clusters of 8 whose results merge in global memory.
+// Needs a device that launches clusters (sm_90).
+int cluster_merge_mode() {
+    static const int mode = [] {
+        const char* e = std::getenv("MVLLM_ATTN_CLUSTER");
+        int device = 0, can = 0;
+        cudaGetDevice(&device);
+        cudaDeviceGetAttribute(&can, cudaDevAttrClusterLaunch, device);
+        const int m = e ? std::atoi(e) : 2;
+        return can ? std::clamp(m, 0, 2) : 0;
+    }();
+    return mode;
+}
+
+// The fewest context tokens per split of the decode kernel: one tile per warp, or
+// MVLLM_ATTN_MIN_SPLIT_TOKENS (a multiple of 16, for measurements).
+int32_t min_split_tokens(int warps) {
+    static const int32_t forced = [] {
+        const char* e = std::getenv("MVLLM_ATTN_MIN_SPLIT_TOKENS");
+        const int32_t v = e ? std::atoi(e) : 0;
+        return v > 0 && v % mma_decode::kTile == 0 ? v : 0;
+    }();
+    return forced ? forced : warps * mma_decode::kTile;
+}
+
 // F16/BF16 KV: the tensor-core kernels. Sequences with a prefill chunk of at least a row tile go
 // to the tiled prefill kernel (attention_prefill.cuh); the other rows to the decode kernel
 // (attention_mma.cuh), one launch with its splits merged in-kernel.
@@ -436,7 +466,7 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
 template <int HD, typename KT, int W>
 void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                    int32_t n_heads, float scale_log2, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
-                   bool batch_invariant, const int32_t* rows, int32_t decode_rows) {
+                   bool batch_invariant, const int32_t* rows, int32_t decode_rows, const QxView& qx) {
     constexpr size_t kShared = mma_decode::shared_bytes<HD, KT, W>();
     static const int ctas_per_sm = [] {
         MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W>,
@@ -453,17 +483,53 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     }();
     const int32_t group = n_heads / kv.n_kv_heads;
     const int32_t n_tiles = (group + mma_decode::kHeadTile - 1) / mma_decode::kHeadTile;
-    // Batch-invariant: the fixed split positions of fused_split (the in-kernel merge walks a row's
+    // Thread-block clusters of up to 8 splits: how many CTAs of them can be resident at once.
+    static const int cluster_slots = [] {
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(1, 1, mma_decode::kMaxClusterSplits);
+        config.blockDim = dim3(W * 32);
+        config.dynamicSmemBytes = kShared;
+        cudaLaunchAttribute attr;
+        attr.id = cudaLaunchAttributeClusterDimension;
+        attr.val.clusterDim.x = attr.val.clusterDim.y = 1;
+        attr.val.clusterDim.z = mma_decode::kMaxClusterSplits;
+        config.attrs = &attr;
+        config.numAttrs = 1;
+        int n = 0;
+        if (cudaOccupancyMaxActiveClusters(&n, mma_decode::decode_kernel<HD, KT, W>, &config) != cudaSuccess) n = 0;
+        cudaGetLastError();
+        return n * mma_decode::kMaxClusterSplits;
+    }();
+    // Batch-invariant: the fixed split positions of fused_split (the in-kernel merges walk a row's
     // active splits in order, so a row's result depends on its own context only).
-    const FusedSplit split = batch_invariant ? fused_split(batch.n_tokens, kv.n_kv_heads, n_tiles, batch.max_context,
-                                                           n_sms, true)
-                                             : mma_split(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context,
-                                                         n_sms * ctas_per_sm, W * mma_decode::kTile);
+    FusedSplit split = batch_invariant ? fused_split(batch.n_tokens, kv.n_kv_heads, n_tiles, batch.max_context,
+                                                     n_sms, true)
+                                       : mma_split(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context,
+                                                   n_sms * ctas_per_sm, min_split_tokens(W));
+    // The splits merge through clusters where the CTAs are short (a tile per warp), the merge then
+    // being much of the kernel's time: 7B at 512 tokens 6.7 -> 5.6 us, at 4K 10.2 -> 9.4. With
+    // longer CTAs the clusters measured slower (7B at 32K 25.7 -> 49.3 us, 16 x 4K 42 -> 124),
+    // as if fewer of their CTAs were resident at once (bench/NOTES.md, thirteenth session).
+    int32_t cluster = 1;
+    const int mode = cluster_merge_mode();
+    constexpr int32_t kShortSplit = W * mma_decode::kTile;
+    if (mode > 0 && cluster_slots > 0 && split.n_splits > 1 && split.split_tokens <= kShortSplit) {
+        const FusedSplit c = mma_split(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context, cluster_slots,
+                                       min_split_tokens(W), mma_decode::kMaxClusterSplits);
+        if (c.n_splits > 1 && c.split_tokens <= kShortSplit && (mode == 2 || c.n_splits <= mma_decode::kMaxClusterSplits)) {
+            split = c;
+            // Clusters come in powers of two; splits past the plan's last one idle.
+            cluster = std::min<int32_t>(static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(split.n_splits))),
+                                        mma_decode::kMaxClusterSplits);
+            split.n_splits = static_cast<int32_t>(ceil_div(split.n_splits, cluster) * cluster);
+        }
+    }
+    const int32_t n_parts = split.n_splits / cluster;
     float* part_o = nullptr;
     float* part_ml = nullptr;
     int32_t* counters = nullptr;
-    if (split.n_splits > 1) {
-        split_partials(scratch, batch.n_tokens, n_heads, split.n_splits, HD, &part_o, &part_ml);
+    if (n_parts > 1) {
+        split_partials(scratch, batch.n_tokens, n_heads, n_parts, HD, &part_o, &part_ml);
         const size_t n_counters = static_cast<size_t>(batch.n_tokens) * kv.n_kv_heads * n_tiles;
         if (scratch.counters_bytes < n_counters * sizeof(int32_t)) {
             ensure(&scratch.counters, &scratch.counters_bytes, n_counters * sizeof(int32_t), "split counters");
@@ -473,10 +539,11 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
         counters = static_cast<int32_t*>(scratch.counters);
     }
     const dim3 grid(decode_rows, kv.n_kv_heads * n_tiles, split.n_splits);
-    launch_pdl(mma_decode::decode_kernel<HD, KT, W>, grid, W * 32, kShared, stream, batch,
-               static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
-               static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits, out.data,
-               out.type, part_o, part_ml, counters, rows, early_loads() & kEarlyAttention ? 1 : 0);
+    launch_pdl_clustered(mma_decode::decode_kernel<HD, KT, W>, grid, W * 32, kShared, stream, dim3(1, 1, cluster),
+                         batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
+                         static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits,
+                         out.data, out.type, part_o, part_ml, counters, rows,
+                         early_loads() & kEarlyAttention ? 1 : 0, cluster, qx);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
@@ -500,10 +567,11 @@ int decode_warps(int64_t n_pairs, int32_t max_context, int32_t n_sms) {
 // F16/BF16 KV: the tensor-core kernels. Sequences with a prefill chunk of at least a row tile go
 // to the tiled prefill kernel (attention_prefill.cuh); the other rows to the decode kernel
 // (attention_mma.cuh), one launch with its splits merged in-kernel.
+// Returns whether it wrote `qx` too (every row on the decode kernel; qx given, head_dim % 32 == 0).
 template <int HD, typename KT>
-void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
+bool fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                       int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
-                      bool batch_invariant) {
+                      bool batch_invariant, const QxView* qx) {
     const int32_t group = n_heads / kv.n_kv_heads;
     const float scale_log2 = scale * kLog2e;
     const int32_t* rows = nullptr;         // the decode kernel's rows: all (nullptr), or the short sequences'
@@ -529,56 +597,99 @@ void fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
         // The rest: the rows of sequences shorter than a tile (a prefix of rows_by_query_len).
         const int32_t* lens = batch.host_query_len_by_row;
         decode_rows = static_cast<int32_t>(std::lower_bound(lens, lens + batch.n_tokens, min_tokens) - lens);
-        if (decode_rows == 0) return;
+        if (decode_rows == 0) return false;
         rows = batch.rows_by_query_len;
     }
+    const bool with_qx = qx && HD % 32 == 0 && rows == nullptr;
+    const QxView q_out = with_qx ? *qx : QxView{};
     // Batch-invariant mode keeps one fixed kernel shape (its split positions are fixed anyway).
     if (!batch_invariant && decode_warps(static_cast<int64_t>(decode_rows) * kv.n_kv_heads, batch.max_context, n_sms) == 4)
         decode_launch<HD, KT, 4>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant, rows,
-                                 decode_rows);
+                                 decode_rows, q_out);
     else
         decode_launch<HD, KT, 8>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant, rows,
-                                 decode_rows);
+                                 decode_rows, q_out);
+    return with_qx;
 }
 
 template <int HD, typename KT>
-void fused_dispatch_group(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q,
+bool fused_dispatch_group(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q,
                           const TensorView& out, int32_t n_heads, float scale, AttentionScratch& scratch,
-                          int32_t n_sms, cudaStream_t stream, bool bi) {
+                          int32_t n_sms, cudaStream_t stream, bool bi, const QxView* qx) {
     const int32_t group = n_heads / kv.n_kv_heads;
     if constexpr (!std::is_same_v<KT, float>) {
-        fused_mma_launch<HD, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi);
-        return;
+        return fused_mma_launch<HD, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx);
+    } else {
+        if (group <= 4) fused_launch<HD, KT, 4>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi);
+        else fused_launch<HD, KT, 8>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi);
+        return false;
     }
-    if (group <= 4) fused_launch<HD, KT, 4>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi);
-    else fused_launch<HD, KT, 8>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi);
 }
 
 template <typename KT>
-void fused_dispatch_dim(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
+bool fused_dispatch_dim(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                         int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
-                        bool bi) {
+                        bool bi, const QxView* qx) {
     switch (kv.head_dim) {
-        case 16: fused_dispatch_group<16, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi); break;
-        case 32: fused_dispatch_group<32, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi); break;
-        case 64: fused_dispatch_group<64, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi); break;
-        case 128: fused_dispatch_group<128, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi); break;
+        case 16: return fused_dispatch_group<16, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx);
+        case 32: return fused_dispatch_group<32, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx);
+        case 64: return fused_dispatch_group<64, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx);
+        case 128: return fused_dispatch_group<128, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx);
         default: MVLLM_CHECK(false) << "fused attention: head_dim " << kv.head_dim;
     }
+    return false;
 }
 
 template <typename KT>
-void attention_typed(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
+bool attention_typed(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
                      int64_t total_context, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                      int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
-                     bool bi) {
+                     bool bi, const QxView* qx) {
     if (variant == CudaAttention::Fused)
-        fused_dispatch_dim<KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi);
-    else
-        three_kernels<KT>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, stream);
+        return fused_dispatch_dim<KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx);
+    three_kernels<KT>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, stream);
+    return false;
 }
 
 }  // namespace
+
+void attention_timeline_reset() {
+#ifdef MVLLM_ATTN_TIMELINE
+    const unsigned long long zero = 0;
+    MVLLM_CUDA_CHECK(cudaMemcpyToSymbol(mma_decode::g_timeline_n, &zero, sizeof(zero)));
+#endif
+}
+
+size_t attention_timeline_dump(const char* path) {
+#ifdef MVLLM_ATTN_TIMELINE
+    using mma_decode::kTimelineCap;
+    using mma_decode::kTimelineMarks;
+    unsigned long long n = 0;
+    MVLLM_CUDA_CHECK(cudaDeviceSynchronize());
+    MVLLM_CUDA_CHECK(cudaMemcpyFromSymbol(&n, mma_decode::g_timeline_n, sizeof(n)));
+    std::vector<mma_decode::TimelineRecord> r(kTimelineCap);
+    MVLLM_CUDA_CHECK(cudaMemcpyFromSymbol(r.data(), mma_decode::g_timeline, r.size() * sizeof(r[0])));
+    FILE* f = std::fopen(path, "w");
+    if (!f) return 0;
+    std::fprintf(f, "kc,sm,x,y,z");
+    for (int i = 0; i < kTimelineMarks; ++i) std::fprintf(f, ",ns%d", i);
+    for (int i = 0; i < kTimelineMarks; ++i) std::fprintf(f, ",clk%d", i);
+    std::fprintf(f, "\n");
+    const unsigned long long first = n > kTimelineCap ? n - kTimelineCap : 0;
+    for (unsigned long long k = first; k < n; ++k) {
+        const auto& e = r[k % kTimelineCap];
+        std::fprintf(f, "%llu,%u,%u,%u,%u", static_cast<unsigned long long>(e.kc), e.sm, e.x, e.y, e.z);
+        for (int i = 0; i < kTimelineMarks; ++i) std::fprintf(f, ",%llu", static_cast<unsigned long long>(e.ns[i]));
+        for (int i = 0; i < kTimelineMarks; ++i) std::fprintf(f, ",%llu", static_cast<unsigned long long>(e.clk[i]));
+        std::fprintf(f, "\n");
+    }
+    std::fclose(f);
+    return n - first;
+#else
+    (void)path;
+    return 0;
+#endif
+}
 
 AttentionScratch::~AttentionScratch() {
     if (scores) cudaFree(scores);
@@ -619,7 +730,7 @@ bool use_tiled_prefill(int32_t max_seq_tokens, int32_t group, bool batch_invaria
 }
 
 FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
-                     int32_t min_split_tokens) {
+                     int32_t min_split_tokens, int32_t granule) {
     // The fewest splits that minimise (waves of CTAs) x (tokens per split): every CTA runs about
     // as long as its split, and a partial last wave costs as much as a full one.
     const int64_t base = std::max<int64_t>(1, static_cast<int64_t>(n_rows) * n_ctas_per_row);
@@ -629,6 +740,7 @@ FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context
     const int64_t most = base >= n_slots ? 1 : std::max<int64_t>(1, ceil_div(max_context, min_split_tokens));
     int64_t best_n = 1, best_cost = INT64_MAX;
     for (int64_t n = 1; n <= most; ++n) {
+        if (n > granule && n % granule != 0) continue;
         const int64_t cost = ceil_div(base * n, std::max(n_slots, 1)) * ceil_div(max_context, n);
         if (cost < best_cost) best_cost = cost, best_n = n;
     }
@@ -638,10 +750,10 @@ FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context
     return s;
 }
 
-void launch_attention(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
+bool launch_attention(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
                       int64_t total_context, const DeviceKvLayer& kv, const TensorView& q,
                       const TensorView& out, int32_t n_heads, float scale, AttentionScratch& scratch,
-                      int32_t n_sms, cudaStream_t stream, bool batch_invariant) {
+                      int32_t n_sms, cudaStream_t stream, bool batch_invariant, const QxView* qx) {
     MVLLM_CHECK(q.type == DType::F32) << "attention q must be f32, got " << type_name(q.type);
     MVLLM_CHECK(q.ne[0] == static_cast<int64_t>(n_heads) * kv.head_dim && out.ne[0] == q.ne[0]) << "attention width";
     MVLLM_CHECK(n_heads % kv.n_kv_heads == 0) << "n_heads " << n_heads << " vs n_kv_heads " << kv.n_kv_heads;
@@ -650,13 +762,15 @@ void launch_attention(CudaAttention variant, const DeviceBatch& batch, const int
     if (variant != CudaAttention::Fused)
         MVLLM_CHECK(n_heads / kv.n_kv_heads <= kMaxGroupThreeOps)
             << "naive/grouped attention support up to " << kMaxGroupThreeOps << " query heads per KV head";
-    if (batch.n_tokens == 0) return;
+    if (batch.n_tokens == 0) return false;
+    if (qx) MVLLM_CHECK(qx->n_in == out.ne[0] && qx->n_rows == batch.n_tokens) << "attention qx shape";
     switch (static_cast<DType>(kv.dtype)) {
-        case DType::F32: attention_typed<float>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant); break;
-        case DType::F16: attention_typed<__half>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant); break;
-        case DType::BF16: attention_typed<__nv_bfloat16>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant); break;
+        case DType::F32: return attention_typed<float>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant, qx);
+        case DType::F16: return attention_typed<__half>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant, qx);
+        case DType::BF16: return attention_typed<__nv_bfloat16>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant, qx);
         default: MVLLM_CHECK(false) << "attention: KV dtype " << type_name(static_cast<DType>(kv.dtype));
     }
+    return false;
 }
 
 }  // namespace mvllm::cuda

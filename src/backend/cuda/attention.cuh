@@ -6,7 +6,8 @@
 //  * grouped: the same three kernels reading K/V in place from the paged blocks; one CTA scores a
 //             tile of context tokens for all query heads of a KV group (each K row loaded once).
 //  * fused:   one paged flash-decoding kernel per step. F16/BF16 KV: the tensor-core kernel of
-//             attention_mma.cuh (cp.async pipeline, mma.sync, splits merged by the last CTA).
+//             attention_mma.cuh (cp.async pipeline, mma.sync; up to 8 splits form a thread-block
+//             cluster and merge through its shared memory, more are merged by the last CTA).
 //             F32 KV: one CTA per (query row, KV head, context split) holding up to 8 query heads
 //             of the group in registers, online softmax (base 2, f32), each K/V vector loaded
 //             once for the group; a merge kernel combines the splits.
@@ -23,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/device_batch.h"
+#include "backend/cuda/gemv.cuh"
 #include "core/tensor.h"
 
 namespace mvllm::cuda {
@@ -58,19 +60,29 @@ FusedSplit fused_split(int32_t n_rows, int32_t n_kv_heads, int32_t n_head_tiles,
                        int32_t n_sms, bool batch_invariant = false);
 
 // The split of the tensor-core kernel (F16/BF16 KV): n_ctas_per_row CTAs per query row and split,
-// n_slots CTAs resident at once on the device, at least min_split_tokens per split.
+// n_slots CTAs resident at once on the device, at least min_split_tokens per split, and beyond
+// `granule` splits a multiple of it (whole thread-block clusters).
 FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
-                     int32_t min_split_tokens);
+                     int32_t min_split_tokens, int32_t granule = 1);
 
 // Whether the fused F16/BF16 path sends the batch's prefill chunks to the tiled prefill kernel:
 // a sequence of the batch has at least 64 / group query rows, not batch-invariant, and
 // MVLLM_CUDA_TILED_PREFILL is not 0 (for A/B measurements).
 bool use_tiled_prefill(int32_t max_seq_tokens, int32_t group, bool batch_invariant);
 
-// seq_ctx_offset: [n_seqs] prefix sums of context_len (naive's dense offsets).
-void launch_attention(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
+// seq_ctx_offset: [n_seqs] prefix sums of context_len (naive's dense offsets). With `qx`
+// ([n_tokens][n_heads * head_dim]), the fused F16/BF16 decode kernel also writes the output in the
+// GEMV's QX activation format (gemv.cuh), as launch_quantize_qx would from `out`, when it takes every
+// row and head_dim % 32 == 0; returns whether it did.
+bool launch_attention(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
                       int64_t total_context, const DeviceKvLayer& kv, const TensorView& q,
                       const TensorView& out, int32_t n_heads, float scale, AttentionScratch& scratch,
-                      int32_t n_sms, cudaStream_t stream, bool batch_invariant = false);
+                      int32_t n_sms, cudaStream_t stream, bool batch_invariant = false,
+                      const QxView* qx = nullptr);
+
+// The decode kernel's timeline (cmake -DMVLLM_ATTN_TIMELINE=ON; otherwise both do nothing):
+// clear the record ring, or write its records (the last 65536) as CSV; returns how many.
+void attention_timeline_reset();
+size_t attention_timeline_dump(const char* path);
 
 }  // namespace mvllm::cuda

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -260,6 +261,16 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
                 if (i >= warm) ms.push_back(t);
             }
             std::sort(ms.begin(), ms.end());
+            // MVLLM_ATTN_TIMELINE_OUT=prefix (builds with MVLLM_ATTN_TIMELINE): one more replay with
+            // the kernel's timeline recorded, written to prefix_<geometry>_<kv>_<ctx>_<batch>.csv.
+            if (const char* tl = std::getenv("MVLLM_ATTN_TIMELINE_OUT"); tl && variant == CudaAttention::Fused) {
+                attention_timeline_reset();
+                CK(cudaGraphLaunch(exec, stream));
+                CK(cudaStreamSynchronize(stream));
+                const std::string path = std::string(tl) + "_" + g.name + "_" + dtype_name(rs.dtype) + "_" +
+                                         std::to_string(rs.ctx) + "_" + std::to_string(rs.batch) + ".csv";
+                attention_timeline_dump(path.c_str());
+            }
             res[vi].us_per_layer = ms[ms.size() / 2] * 1e3 / n_layers;
             res[vi].gbps = kv_bytes / (res[vi].us_per_layer * 1e-6) / 1e9;
             cudaGraphExecDestroy(exec);

@@ -14,11 +14,13 @@
 // are multiplied, which keeps them to ~16 bits (F16 keeps 11 bits with a single part).
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/mma_ptx.cuh"
+#include "backend/cuda/qx.cuh"
 
 namespace mvllm::cuda::mma_decode {
 
@@ -32,11 +34,15 @@ constexpr int kMergeChunk = 64;  // splits per round of the split merge (their (
 // 21.8 -> 18.6); with fewer (512 tokens: 4 splits) its extra barriers cost more than the serial
 // walk (6.5 -> 7.9 us).
 constexpr int kChunkedMergeMinSplits = 16;
+// Consecutive splits form thread-block clusters of up to this many CTAs (the portable maximum)
+// that merge through distributed shared memory before (or instead of) the global merge.
+constexpr int kMaxClusterSplits = 8;
 
 template <int HD, typename KT, int W = kWarps>
 constexpr size_t shared_bytes() {
     const size_t pipeline = static_cast<size_t>(W) * kStages * 2 * kTile * HD * sizeof(KT);
-    const size_t merge = static_cast<size_t>(W) * kHeadTile * (HD + 2) * sizeof(float);
+    // The warps' partial o and (max, sum), then the CTA's merged o for the cluster merge.
+    const size_t merge = (static_cast<size_t>(W) * kHeadTile * (HD + 2) + kHeadTile * HD) * sizeof(float);
     return pipeline > merge ? pipeline : merge;
 }
 static_assert(2 * kHeadTile * kMergeChunk * sizeof(float) <= shared_bytes<16, __half, 4>(),
@@ -147,22 +153,154 @@ __device__ __forceinline__ void prefetch_tile(const KT* kc, const KT* vc, const 
     }
 }
 
+// ---- timeline (a profiling aid: cmake -DMVLLM_ATTN_TIMELINE=ON) --------------------------------------
+// Thread 0 of every CTA that has work stamps %globaltimer and clock64 at kTimelineMarks points of
+// the kernel and appends them to a device ring (attention_timeline_dump writes it out): when the
+// CTAs start, wait and finish relative to one another and to the previous kernel, which neither a
+// per-kernel profiler nor the graph ablation can show.
+#ifdef MVLLM_ATTN_TIMELINE
+constexpr int kTimelineMarks = 9;  // entry, metadata, early loads issued, wait over, Q ready, tiles done,
+                                   // partials stored, split counted, merged
+struct TimelineRecord {
+    uint64_t kc;  // the layer's K cache (tells launches apart)
+    uint32_t sm, x, y, z;
+    uint64_t ns[kTimelineMarks], clk[kTimelineMarks];
+};
+constexpr uint32_t kTimelineCap = 1u << 16;
+__device__ TimelineRecord g_timeline[kTimelineCap];
+__device__ unsigned long long g_timeline_n;
+struct Timeline {
+    uint64_t ns[kTimelineMarks] = {}, clk[kTimelineMarks] = {};
+    __device__ __forceinline__ void mark(int i) {
+        if (threadIdx.x != 0) return;
+        uint64_t t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        ns[i] = t;
+        clk[i] = clock64();
+    }
+    __device__ __forceinline__ void flush(const void* kc) {
+        if (threadIdx.x != 0) return;
+        uint32_t sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        TimelineRecord& r = g_timeline[atomicAdd(&g_timeline_n, 1ull) % kTimelineCap];
+        r.kc = reinterpret_cast<uint64_t>(kc);
+        r.sm = sm, r.x = blockIdx.x, r.y = blockIdx.y, r.z = blockIdx.z;
+        for (int i = 0; i < kTimelineMarks; ++i) r.ns[i] = ns[i], r.clk[i] = clk[i];
+    }
+};
+#else
+struct Timeline {
+    __device__ __forceinline__ void mark(int) {}
+    __device__ __forceinline__ void flush(const void*) {}
+};
+#endif
+
+// ---- the output ------------------------------------------------------------------------------------
+
+// out[i] = v, and with qx (the GEMV's activation format, gemv.cuh) its QX value: the warp's 32
+// lanes store 32 consecutive values, one QX block (head_dim % 32 == 0).
+__device__ __forceinline__ void store_out(void* out, DType out_type, const QxView& qx, int64_t i, float v) {
+    store_any(out, out_type, i, v);
+    if (qx.hi) write_qx_block(qx, i / 32, static_cast<int>(i % 32), round_to(out_type, v));
+}
+
+// out[i .. i + 3] = a / sum, and with qx their QX values: eight aligned lanes store a block.
+__device__ __forceinline__ void store_out4(void* out, DType out_type, const QxView& qx, int64_t i, float4 a,
+                                           float sum) {
+    const float4 v = make_float4(a.x / sum, a.y / sum, a.z / sum, a.w / sum);
+    store_any(out, out_type, i, v.x);
+    store_any(out, out_type, i + 1, v.y);
+    store_any(out, out_type, i + 2, v.z);
+    store_any(out, out_type, i + 3, v.w);
+    if (qx.hi)
+        write_qx_block4(qx, i / 32, static_cast<int>(i % 32) / 4 + (threadIdx.x & 24),
+                        make_float4(round_to(out_type, v.x), round_to(out_type, v.y), round_to(out_type, v.z),
+                                    round_to(out_type, v.w)));
+}
+
+// ---- the split merges ----------------------------------------------------------------------------
+
+// One (head, dim) item of a part's unnormalised o, and with d == 0 the head's (max, sum), in the
+// global partials [head_row][n_parts][HD] and [head_row][n_parts][2].
+__device__ __forceinline__ void store_part(float* part_o, float* part_ml, int64_t head_row, int32_t n_parts,
+                                           int32_t part, int hd, int d, float o, float mx, float sum) {
+    part_o[(head_row * n_parts + part) * hd + d] = o;
+    if (d == 0) {
+        part_ml[(head_row * n_parts + part) * 2] = mx;
+        part_ml[(head_row * n_parts + part) * 2 + 1] = sum;
+    }
+}
+
+// Every CTA of a cluster (one per split of the part, rank = split % cluster size) holds its merged
+// but unnormalised o [n_g][HD] in `o_cta` and the heads' (max, sum) in s_max / s_sum. After a
+// cluster barrier the CTAs merge the part's active splits, each for a slice of the (head, dim)
+// items, reading the others' shared memory; a second barrier keeps every CTA's shared memory alive
+// until all have read it. The result (stored as the items are merged) is the output (`final`) or the part's entry in the global
+// partials. The arithmetic and its order (split by split) are those of the global merge, so a
+// row's bits do not depend on which merge ran (batch invariance).
+template <int HD>
+__device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s_max, const float* s_sum,
+                                              int32_t n_g, int32_t n_active, int64_t head_row0, bool final,
+                                              void* out, DType out_type, const QxView& qx, float* part_o,
+                                              float* part_ml, int32_t n_parts, int32_t part) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int32_t size = static_cast<int32_t>(cluster.num_blocks());
+    const int32_t n_mine = min(size, n_active - part * size);  // this part's active splits
+    cluster.sync();
+    const int32_t stride = size * static_cast<int32_t>(blockDim.x);
+    for (int32_t idx = static_cast<int32_t>(cluster.block_rank() * blockDim.x + threadIdx.x); idx < n_g * HD;
+         idx += stride) {
+        const int head = idx / HD;
+        float ms[kMaxClusterSplits], ls[kMaxClusterSplits], os[kMaxClusterSplits];
+#pragma unroll
+        for (int s = 0; s < kMaxClusterSplits; ++s) {
+            const bool on = s < n_mine;
+            ms[s] = on ? *cluster.map_shared_rank(s_max + head, s) : -INFINITY;
+            ls[s] = on ? *cluster.map_shared_rank(s_sum + head, s) : 0.0f;
+            os[s] = on ? *cluster.map_shared_rank(o_cta + idx, s) : 0.0f;
+        }
+        float mx = -INFINITY;
+#pragma unroll
+        for (int s = 0; s < kMaxClusterSplits; ++s) mx = fmaxf(mx, ms[s]);
+        float sum = 0.0f, o = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kMaxClusterSplits; ++s) {
+            if (s >= n_mine) break;
+            const float c = exp2_or_zero(ms[s], mx);
+            sum += ls[s] * c;
+            o += os[s] * c;
+        }
+        if (final) store_out(out, out_type, qx, (head_row0 + head) * HD + idx % HD, o / sum);
+        else store_part(part_o, part_ml, head_row0 + head, n_parts, part, HD, idx % HD, o, mx, sum);
+    }
+    cluster.sync();  // the loads above have returned: the other CTAs may leave
+#endif
+}
+
 // ---- the kernel -----------------------------------------------------------------------------------
 
 // Reads: q [n_tokens][n_heads][HD] f32 (RoPE applied), the paged K/V of the row's sequence in
 // [split * split_tokens, min(+split_tokens, positions[row] + 1)). Writes: out (normalised) — directly
-// when n_splits == 1, else through part_o / part_ml (unnormalised o and base-2 (max, sum) per
-// split) and the split counter of the (row, head tile), which the merging CTA resets to 0. With
-// `rows`, CTA x takes batch row rows[x] (the short sequences' rows when the prefill kernel takes the
-// chunks), else row x. Launch: grid (rows ? their count : n_tokens, n_kv_heads * n_head_tiles, n_splits),
-// W * 32 threads, shared_bytes<HD, KT, W>() of dynamic shared memory.
+// when n_splits == 1, else merged by parts: with cluster > 1 the CTAs of a cluster (`cluster`
+// consecutive splits) merge through their shared memory (cluster_merge), which gives the output when
+// the cluster holds every split; otherwise each part (a split, or a cluster's merge) goes to part_o /
+// part_ml (unnormalised o and base-2 (max, sum)) and the last CTA to count itself in the split
+// counter of the (row, head tile) merges the parts and resets the counter to 0. With `rows`, CTA x
+// takes batch row rows[x] (the short sequences' rows when the prefill kernel takes the chunks), else
+// row x. Launch: grid (rows ? their count : n_tokens, n_kv_heads * n_head_tiles, n_splits), clusters
+// of (1, 1, cluster) CTAs (n_splits a multiple of cluster <= kMaxClusterSplits), W * 32 threads,
+// shared_bytes<HD, KT, W>() of dynamic shared memory.
 template <int HD, typename KT, int W>
 __global__ void __launch_bounds__(W * 32, 8 / W)
     decode_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv,
                   const float* q, int32_t n_heads, float scale_log2, int32_t split_tokens,
                   int32_t n_splits, void* out, DType out_type, float* part_o, float* part_ml, int32_t* counters,
-                  const int32_t* rows, int early) {
+                  const int32_t* rows, int early, int cluster, QxView qx) {
     pdl_trigger();
+    Timeline tl;
+    tl.mark(0);
     static_assert(HD % 16 == 0, "head_dim must be a multiple of 16");
     constexpr int kK = HD / 16;   // k-steps of Q K^T
     constexpr int kN = HD / 8;    // n-tiles of P V
@@ -177,7 +315,10 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     const int32_t n_g = min(kHeadTile, group - (static_cast<int32_t>(blockIdx.y) % n_tiles) * kHeadTile);
     const int32_t ctx = batch.positions[row] + 1;
     const int32_t t_begin = blockIdx.z * split_tokens;
-    if (t_begin >= ctx) return;  // this split is past the row's context
+    // A split past the row's context has nothing to do, unless its cluster holds an active split:
+    // then it takes part in the cluster's barriers (its n_my is 0; the merge reads active splits only).
+    if (t_begin >= ctx && (cluster == 1 || static_cast<int32_t>(blockIdx.z) / cluster * cluster * split_tokens >= ctx))
+        return;
     const int32_t t_end = min(t_begin + split_tokens, ctx);
     const int32_t n_active = (ctx + split_tokens - 1) / split_tokens;
     const int32_t seq = batch.row_seq[row];
@@ -195,6 +336,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     // is no kernel's output: the warp's first tiles that lie wholly before the step's first new
     // token start their copies while the previous kernel (which writes q and the new tokens' K/V)
     // drains; the rest follow the wait. (MVLLM_EARLY_LOADS=0: L2 prefetches only.)
+    tl.mark(1);
     int32_t n_pre = 0;
     if (early) {
         const int32_t first_new = batch.seq_context_len[seq] - batch.seq_n_tokens[seq];
@@ -207,7 +349,9 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         for (int s = 0; s < kStages - 1; ++s)
             prefetch_tile<HD>(kc, vc, paged, t_begin + (s * W + warp) * kTile, t_end, lane);
     }
+    tl.mark(2);
     pdl_wait();
+    tl.mark(3);
 
     // Q as A fragments (rows = query heads, scaled to base 2); heads past n_g are zero.
     uint32_t qa[kK][4], qa_lo[Pack<KT>::kSplit ? kK : 1][4];
@@ -228,6 +372,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         }
     }
 
+    tl.mark(4);
     float o[kN][4];
 #pragma unroll
     for (int n = 0; n < kN; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
@@ -326,6 +471,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         __syncwarp();  // every lane is done with this stage before it is refilled
     }
     cp_async_wait<0>();
+    tl.mark(5);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -368,50 +514,67 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         s_sum[head] = sum;
     }
     __syncthreads();
+    // The splits merge as "parts": each split, or (cluster > 1) each cluster of `cluster`
+    // consecutive splits, merged first through the cluster's shared memory.
+    const int32_t n_parts = n_splits / cluster;
+    const int32_t part = static_cast<int32_t>(blockIdx.z) / cluster;
+    const int32_t n_active_parts = (n_active + cluster - 1) / cluster;
+    const int64_t head_row0 = static_cast<int64_t>(row) * n_heads + head0;
+    float* o_cta = mrg + W * kHeadTile * kRow;  // [n_g][HD]: this CTA's merged o, for the cluster merge
     for (int idx = threadIdx.x; idx < n_g * HD; idx += blockDim.x) {
         const int head = idx / HD, d = idx % HD;
-        const float mx = s_max[head], sum = s_sum[head];
         float a = 0.0f;
 #pragma unroll
         for (int w = 0; w < W; ++w) a += mrg[(w * kHeadTile + head) * kRow + d] * s_weight[head][w];
-        const int64_t head_row = static_cast<int64_t>(row) * n_heads + head0 + head;
-        if (n_splits == 1) {
-            store_any(out, out_type, head_row * HD + d, a / sum);
-        } else {
-            part_o[(head_row * n_splits + blockIdx.z) * HD + d] = a;
-            if (d == 0) {
-                part_ml[(head_row * n_splits + blockIdx.z) * 2] = mx;
-                part_ml[(head_row * n_splits + blockIdx.z) * 2 + 1] = sum;
-            }
+        if (n_splits == 1) store_out(out, out_type, qx, (head_row0 + head) * HD + d, a / s_sum[head]);
+        else if (cluster > 1) o_cta[idx] = a;
+        else store_part(part_o, part_ml, head_row0 + head, n_parts, part, HD, d, a, s_max[head], s_sum[head]);
+    }
+    tl.mark(6);
+    if (n_splits == 1) {
+        tl.flush(kc);
+        return;
+    }
+    if (cluster > 1) {
+        cluster_merge<HD>(o_cta, s_max, s_sum, n_g, n_active, head_row0, n_parts == 1, out, out_type, qx, part_o,
+                          part_ml, n_parts, part);
+        if (n_parts == 1) {
+            tl.mark(7);
+            tl.mark(8);
+            tl.flush(kc);
+            return;
         }
     }
-    if (n_splits == 1) return;
 
-    // The last of the row's active splits to get here merges them all.
+    // The last CTA of the row's active parts to get here merges them all.
     __threadfence();
     __syncthreads();
     int32_t* counter = counters + static_cast<int64_t>(row) * gridDim.y + blockIdx.y;
-    if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == n_active - 1;
+    if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == n_active_parts * cluster - 1;
     __syncthreads();
-    if (!s_last) return;
+    tl.mark(7);
+    if (!s_last) {
+        tl.flush(kc);
+        return;
+    }
     __threadfence();
-    if (n_active < kChunkedMergeMinSplits) {
+    if (n_active_parts < kChunkedMergeMinSplits) {
         // Few splits: each thread merges them for its (head, 4 dims). All the splits' (max, sum)
         // pairs and o values are loaded at once (unrolled to the fixed bound, predicated on
-        // n_active), so the merge costs one L2 round trip, not one per split; the arithmetic is
+        // n_active_parts), so the merge costs one L2 round trip, not one per split; the arithmetic is
         // then a walk over the splits in order.
         constexpr int kMax = kChunkedMergeMinSplits;
         for (int idx = threadIdx.x; idx < n_g * (HD / 4); idx += blockDim.x) {
             const int head = idx / (HD / 4), d4 = idx % (HD / 4);
             const int64_t head_row = static_cast<int64_t>(row) * n_heads + head0 + head;
-            const float2* ml = reinterpret_cast<const float2*>(part_ml + head_row * n_splits * 2);
-            const float4* po = reinterpret_cast<const float4*>(part_o + head_row * n_splits * HD) + d4;
+            const float2* ml = reinterpret_cast<const float2*>(part_ml + head_row * n_parts * 2);
+            const float4* po = reinterpret_cast<const float4*>(part_o + head_row * n_parts * HD) + d4;
             float2 ms[kMax];
             float4 v[kMax];
 #pragma unroll
             for (int s = 0; s < kMax; ++s) {
-                ms[s] = s < n_active ? __ldcg(ml + s) : make_float2(-INFINITY, 0.0f);
-                v[s] = s < n_active ? __ldcg(po + s * (HD / 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                ms[s] = s < n_active_parts ? __ldcg(ml + s) : make_float2(-INFINITY, 0.0f);
+                v[s] = s < n_active_parts ? __ldcg(po + s * (HD / 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
             float mx = -INFINITY;
 #pragma unroll
@@ -420,7 +583,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
             float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
             for (int s = 0; s < kMax; ++s) {
-                if (s >= n_active) break;
+                if (s >= n_active_parts) break;
                 const float c = exp2_or_zero(ms[s].x, mx);
                 sum += ms[s].y * c;
                 a.x += v[s].x * c;
@@ -428,11 +591,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
                 a.z += v[s].z * c;
                 a.w += v[s].w * c;
             }
-            const int64_t o0 = head_row * HD + d4 * 4;
-            store_any(out, out_type, o0, a.x / sum);
-            store_any(out, out_type, o0 + 1, a.y / sum);
-            store_any(out, out_type, o0 + 2, a.z / sum);
-            store_any(out, out_type, o0 + 3, a.w / sum);
+            store_out4(out, out_type, qx, head_row * HD + d4 * 4, a, sum);
         }
     } else {
         // The row's active splits, merged: per head the maximum of the splits' maxima, then each
@@ -443,14 +602,13 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         constexpr int kItems = (kHeadTile * (HD / 4) + W * 32 - 1) / (W * 32);  // (head, 4 dims) per thread
         float* s_c = reinterpret_cast<float*>(smem);  // [kHeadTile][kMergeChunk]: m_s, then the weights
         float* s_l = s_c + kHeadTile * kMergeChunk;  // [kHeadTile][kMergeChunk]: the splits' sums
-        const int64_t head_row0 = static_cast<int64_t>(row) * n_heads + head0;
         {
             float mx = -INFINITY;  // threads < n_g: the maximum of head threadIdx.x
-            for (int c0 = 0; c0 < n_active; c0 += kMergeChunk) {
-                const int nc = min(kMergeChunk, n_active - c0);
+            for (int c0 = 0; c0 < n_active_parts; c0 += kMergeChunk) {
+                const int nc = min(kMergeChunk, n_active_parts - c0);
                 for (int i = threadIdx.x; i < n_g * nc; i += blockDim.x) {
                     const int h = i / nc, j = i % nc;
-                    s_c[h * kMergeChunk + j] = __ldcg(part_ml + ((head_row0 + h) * n_splits + c0 + j) * 2);
+                    s_c[h * kMergeChunk + j] = __ldcg(part_ml + ((head_row0 + h) * n_parts + c0 + j) * 2);
                 }
                 __syncthreads();
                 if (threadIdx.x < n_g)
@@ -464,11 +622,11 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         float4 a[kItems];
 #pragma unroll
         for (int k = 0; k < kItems; ++k) a[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int c0 = 0; c0 < n_active; c0 += kMergeChunk) {
-            const int nc = min(kMergeChunk, n_active - c0);
+        for (int c0 = 0; c0 < n_active_parts; c0 += kMergeChunk) {
+            const int nc = min(kMergeChunk, n_active_parts - c0);
             for (int i = threadIdx.x; i < n_g * nc; i += blockDim.x) {
                 const int h = i / nc, j = i % nc;
-                const float2 ml = __ldcg(reinterpret_cast<const float2*>(part_ml + ((head_row0 + h) * n_splits + c0 + j) * 2));
+                const float2 ml = __ldcg(reinterpret_cast<const float2*>(part_ml + ((head_row0 + h) * n_parts + c0 + j) * 2));
                 s_c[h * kMergeChunk + j] = exp2_or_zero(ml.x, s_max[h]);
                 s_l[h * kMergeChunk + j] = ml.y;
             }
@@ -480,7 +638,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
                 const int idx = threadIdx.x + k * W * 32;
                 if (idx >= n_g * (HD / 4)) break;
                 const int head = idx / (HD / 4), d4 = idx % (HD / 4);
-                const float4* src = reinterpret_cast<const float4*>(part_o + ((head_row0 + head) * n_splits + c0) * HD) + d4;
+                const float4* src = reinterpret_cast<const float4*>(part_o + ((head_row0 + head) * n_parts + c0) * HD) + d4;
                 const float* c = s_c + head * kMergeChunk;
 #pragma unroll 8
                 for (int j = 0; j < nc; ++j) {
@@ -500,15 +658,12 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
             const int idx = threadIdx.x + k * W * 32;
             if (idx >= n_g * (HD / 4)) break;
             const int head = idx / (HD / 4), d4 = idx % (HD / 4);
-            const float total = s_sum[head];
-            const int64_t o0 = (head_row0 + head) * HD + d4 * 4;
-            store_any(out, out_type, o0, a[k].x / total);
-            store_any(out, out_type, o0 + 1, a[k].y / total);
-            store_any(out, out_type, o0 + 2, a[k].z / total);
-            store_any(out, out_type, o0 + 3, a[k].w / total);
+            store_out4(out, out_type, qx, (head_row0 + head) * HD + d4 * 4, a[k], s_sum[head]);
         }
     }
     if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
+    tl.mark(8);
+    tl.flush(kc);
 }
 
 }  // namespace mvllm::cuda::mma_decode

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/gemm_tiles.cuh"
@@ -126,7 +127,12 @@ const cuda::QxView* CudaBackend::Impl::qx_for(const TensorView& w, const TensorV
 }
 
 CudaBackend::CudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-CudaBackend::~CudaBackend() = default;
+CudaBackend::~CudaBackend() {
+    // MVLLM_ATTN_TIMELINE_OUT=prefix (builds with MVLLM_ATTN_TIMELINE): the decode attention's last
+    // records, to prefix_model.csv.
+    if (const char* tl = std::getenv("MVLLM_ATTN_TIMELINE_OUT"))
+        cuda::attention_timeline_dump((std::string(tl) + "_model.csv").c_str());
+}
 
 Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOptions& options) {
     int n = 0;
@@ -435,8 +441,25 @@ void CudaBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, 
                                             ? cuda::CudaAttention::Grouped
                                             : cuda::CudaAttention::Fused;
     im.wrote(out);
-    cuda::launch_attention(variant, im.batch, im.seq_ctx_offset, im.total_context, device_layer(cache, layer), q, out,
-                           n_heads, scale, im.attention_scratch, im.n_sms, im.stream, im.options.batch_invariant);
+    // Small batches: the decode kernel also writes the QX that the output projection's GEMV reads
+    // (as rms_norm does for its consumers), which saves the quantisation kernel. MVLLM_ATTN_QX=0
+    // turns this off (for A/B measurements).
+    static const bool qx_enabled = [] {
+        const char* e = std::getenv("MVLLM_ATTN_QX");
+        return !(e && std::string(e) == "0");
+    }();
+    const int64_t width = out.ne[0], n_rows = out.ne[1];
+    cuda::QxView qx;
+    const bool want_qx = qx_enabled && variant == cuda::CudaAttention::Fused && n_rows > 0 &&
+                         n_rows <= cuda::kGemvMaxTokens && width % 32 == 0;
+    if (want_qx) qx = cuda::ensure_qx(im.matmul_scratch, width, n_rows);
+    if (cuda::launch_attention(variant, im.batch, im.seq_ctx_offset, im.total_context, device_layer(cache, layer), q,
+                               out, n_heads, scale, im.attention_scratch, im.n_sms, im.stream,
+                               im.options.batch_invariant, want_qx ? &qx : nullptr)) {
+        im.qx_source = out.data;
+        im.qx_n_in = width;
+        im.qx_rows = n_rows;
+    }
 }
 
 void CudaBackend::silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out) {

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/qx.cuh"
 
 namespace mvllm::cuda {
 namespace {
@@ -508,20 +509,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     }
 }
 
-// Quantises value v of lane `lane` into QX block b (global block index row * n_in / 32 + block).
-__device__ __forceinline__ void write_qx_block(const QxView& q, int64_t b, int lane, float v) {
-    const float amax = warp_max(fabsf(v));
-    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-    const int X = max(-32767, min(32767, __float2int_rn(v * inv)));
-    q.hi[b * 32 + lane] = static_cast<int8_t>(X >> 8);
-    q.lo[b * 32 + lane] = static_cast<uint8_t>(X & 0xFF);
-    int s = X;
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);  // within each 16-lane half
-    const int s1 = __shfl_sync(0xffffffffu, s, 16);
-    if (lane == 0) q.meta[b] = make_int4(__float_as_int(amax / 32767.0f), s, s1, 0);
-}
-
 // Reads x (n_blocks 32-value blocks, one warp each); writes q. Launch: grid ceil(n_blocks / 8), 256.
 __global__ void quantize_qx_kernel(const void* x, DType x_type, QxView q, int64_t n_blocks) {
     pdl_begin();
@@ -529,12 +516,6 @@ __global__ void quantize_qx_kernel(const void* x, DType x_type, QxView q, int64_
     if (b >= n_blocks) return;
     const int lane = threadIdx.x & 31;
     write_qx_block(q, b, lane, load_any(x, x_type, b * 32 + lane));
-}
-
-__device__ __forceinline__ float round_to(DType t, float v) {
-    if (t == DType::F16) return __half2float(__float2half_rn(v));
-    if (t == DType::BF16) return __bfloat162float(__float2bfloat16_rn(v));
-    return v;
 }
 
 // Reads: x row blockIdx.x, weight. Writes: xn row (as rms_norm_kernel) and its QX blocks. A row
