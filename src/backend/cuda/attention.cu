@@ -159,31 +159,11 @@ __global__ void pv_kernel(DeviceBatch batch, KvSource src, const float* probs, i
 // ---- fused paged flash-decoding ----------------------------------------------------------------
 
 constexpr int kFusedWarps = 4;
-constexpr int kVec = 8;  // head dims per lane: one 16-byte load of F16/BF16, two of F32
+constexpr int kVec = 8;  // head dims per lane: two 16-byte loads (this kernel serves F32 KV only)
 
 __device__ __forceinline__ void load8(const float* p, float (&o)[kVec]) {
     const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
     o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w; o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
-}
-__device__ __forceinline__ void load8(const __half* p, float (&o)[kVec]) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-        o[2 * i] = f.x;
-        o[2 * i + 1] = f.y;
-    }
-}
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&o)[kVec]) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
-        o[2 * i] = f.x;
-        o[2 * i + 1] = f.y;
-    }
 }
 
 // exp2(a - b) that is 0 when a is -inf (an empty partial state).
@@ -434,8 +414,9 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
 
 // How the decode kernel may merge its splits through thread-block clusters (MVLLM_ATTN_CLUSTER,
 // for A/B measurements): 0 never (global memory and the split counter only), 1 when one cluster
-// holds all of a row's splits, 2 (default) also clusters of 8 whose results merge in global memory.
-// Needs a device that launches clusters (sm_90).
+// holds all of a row's splits, 2 (default) also clusters of 8 whose results merge in global memory,
+// 3 as 2 but for splits of any length (measurements only: slower, see decode_launch). Needs a
+// device that launches clusters (sm_90).
 int cluster_merge_mode() {
     static const int mode = [] {
         const char* e = std::getenv("MVLLM_ATTN_CLUSTER");
@@ -443,7 +424,7 @@ int cluster_merge_mode() {
         cudaGetDevice(&device);
         cudaDeviceGetAttribute(&can, cudaDevAttrClusterLaunch, device);
         const int m = e ? std::atoi(e) : 2;
-        return can ? std::clamp(m, 0, 2) : 0;
+        return can ? std::clamp(m, 0, 3) : 0;
     }();
     return mode;
 }
@@ -513,10 +494,12 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     int32_t cluster = 1;
     const int mode = cluster_merge_mode();
     constexpr int32_t kShortSplit = W * mma_decode::kTile;
-    if (mode > 0 && cluster_slots > 0 && split.n_splits > 1 && split.split_tokens <= kShortSplit) {
+    const bool any_length = mode == 3;  // measurements only: clusters for long splits too
+    if (mode > 0 && cluster_slots > 0 && split.n_splits > 1 && (split.split_tokens <= kShortSplit || any_length)) {
         const FusedSplit c = mma_split(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context, cluster_slots,
                                        min_split_tokens(W), mma_decode::kMaxClusterSplits);
-        if (c.n_splits > 1 && c.split_tokens <= kShortSplit && (mode == 2 || c.n_splits <= mma_decode::kMaxClusterSplits)) {
+        if (c.n_splits > 1 && (c.split_tokens <= kShortSplit || any_length) &&
+            (mode != 1 || c.n_splits <= mma_decode::kMaxClusterSplits)) {
             split = c;
             // Clusters come in powers of two; splits past the plan's last one idle.
             cluster = std::min<int32_t>(static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(split.n_splits))),

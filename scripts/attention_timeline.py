@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Summarise the decode attention's timeline (a build with -DMVLLM_ATTN_TIMELINE=ON, CSV files
+written through MVLLM_ATTN_TIMELINE_OUT).
+
+Each record is one CTA: %globaltimer (ns) and clock64 at nine marks: 0 entry, 1 metadata read,
+2 early loads issued, 3 griddepcontrol.wait over, 4 Q fragments built, 5 tiles done, 6 the CTA's
+warps merged (partials stored), 7 split counted or cluster merge done, 8 final merge done (0 when
+this CTA did not merge). Records of one launch share a K-cache pointer; a launch is split from the
+next one with the same pointer by a gap in its start times.
+
+Usage: scripts/attention_timeline.py FILE.csv [...]  prints, per file, medians over the launches
+(the first two and the last left out) of each phase in ns, and the launch-to-launch period.
+"""
+import csv
+import statistics
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return [{k: int(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def launches(rows, gap_ns=20000):
+    by_cache = {}
+    for r in rows:
+        by_cache.setdefault(r["kc"], []).append(r)
+    out = []
+    for rs in by_cache.values():
+        rs.sort(key=lambda r: r["ns0"])
+        cur = [rs[0]]
+        for r in rs[1:]:
+            if r["ns0"] - cur[-1]["ns0"] > gap_ns:
+                out.append(cur)
+                cur = []
+            cur.append(r)
+        out.append(cur)
+    out.sort(key=lambda rs: min(r["ns0"] for r in rs))
+    return out
+
+
+def end(r):
+    return r["ns8"] or r["ns7"] or r["ns6"]
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+PHASES = [  # name, from mark, to mark
+    ("metadata", 0, 1), ("early_loads", 1, 2), ("q", 3, 4), ("tiles", 4, 5),
+    ("warp_merge", 5, 6), ("split_count", 6, 7), ("final_merge", 7, 8),
+]
+
+
+def summarise(path):
+    L = launches(load(path))
+    stats = []
+    for rs in L:
+        s = {"ctas": len(rs)}
+        for name, a, b in PHASES:
+            s[name] = med([r[f"ns{b}"] - r[f"ns{a}"] for r in rs if r[f"ns{b}"]])
+        w0 = min(r["ns3"] for r in rs)
+        s["waits"] = w0 - min(r["ns0"] for r in rs)  # first CTA: entry to wait over
+        s["wait_to_end"] = max(end(r) for r in rs) - w0
+        s["_w0"], s["_end"] = w0, max(end(r) for r in rs)
+        stats.append(s)
+    for a, b in zip(stats, stats[1:]):
+        a["end_to_next_wait"] = b["_w0"] - a["_end"]
+        a["period"] = b["_w0"] - a["_w0"]
+    core = stats[2:-1] if len(stats) > 3 else stats[:-1]
+    keys = [k for k in core[0] if not k.startswith("_")] if core else []
+    print(f"{path}: {len(stats)} launches")
+    print("  " + "  ".join(f"{k}={med([s[k] for s in core if k in s]):.0f}" for k in keys))
+
+
+if __name__ == "__main__":
+    for p in sys.argv[1:]:
+        summarise(p)
