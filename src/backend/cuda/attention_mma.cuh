@@ -352,6 +352,13 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     tl.mark(2);
     pdl_wait();
     tl.mark(3);
+    // The first tiles not loaded before the wait (those holding the step's new tokens) start
+    // before Q is read, so that their round trip and Q's overlap.
+    for (int32_t s = n_pre; s < kStages - 1; ++s) {
+        if (s < n_my)
+            load_tile<HD>(stage_k(s), stage_k(s) + kTile * HD, kc, vc, paged, tile_start(s), t_end, lane);
+        cp_async_commit();
+    }
 
     // Q as A fragments (rows = query heads, scaled to base 2); heads past n_g are zero.
     uint32_t qa[kK][4], qa_lo[Pack<KT>::kSplit ? kK : 1][4];
@@ -378,11 +385,6 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     for (int n = 0; n < kN; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
 
-    for (int32_t s = n_pre; s < kStages - 1; ++s) {
-        if (s < n_my)
-            load_tile<HD>(stage_k(s), stage_k(s) + kTile * HD, kc, vc, paged, tile_start(s), t_end, lane);
-        cp_async_commit();
-    }
     for (int32_t i = 0; i < n_my; ++i) {
         cp_async_wait<kStages - 2>();
         __syncwarp();
