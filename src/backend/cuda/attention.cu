@@ -440,6 +440,46 @@ int32_t min_split_tokens(int warps) {
     return forced ? forced : warps * mma_decode::kTile;
 }
 
+// The decode kernel's launch attributes, set once; returns its CTAs per SM.
+template <int HD, typename KT, int W>
+int decode_ctas_per_sm() {
+    static const int n = [] {
+        constexpr size_t kShared = mma_decode::shared_bytes<HD, KT, W>();
+        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kShared)));
+        // All of L1 as shared memory: otherwise the driver may configure just enough for one CTA
+        // per SM while the occupancy query (and the split plan) counts on two.
+        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W>,
+                                              cudaFuncAttributePreferredSharedMemoryCarveout,
+                                              cudaSharedmemCarveoutMaxShared));
+        int ctas = 0;
+        MVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, mma_decode::decode_kernel<HD, KT, W>,
+                                                                      W * 32, kShared));
+        return std::max(ctas, 1);
+    }();
+    return n;
+}
+
+// How many of the decode kernel's CTAs can be resident at once in clusters of `size` (0: none).
+template <int HD, typename KT, int W>
+int decode_cluster_slots(int size) {
+    decode_ctas_per_sm<HD, KT, W>();
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(1, 1, size);
+    config.blockDim = dim3(W * 32);
+    config.dynamicSmemBytes = mma_decode::shared_bytes<HD, KT, W>();
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = size;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, mma_decode::decode_kernel<HD, KT, W>, &config) != cudaSuccess) n = 0;
+    cudaGetLastError();
+    return n * size;
+}
+
 // F16/BF16 KV: the tensor-core kernels. Sequences with a prefill chunk of at least a row tile go
 // to the tiled prefill kernel (attention_prefill.cuh); the other rows to the decode kernel
 // (attention_mma.cuh), one launch with its splits merged in-kernel.
@@ -449,38 +489,10 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
                    int32_t n_heads, float scale_log2, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
                    bool batch_invariant, const int32_t* rows, int32_t decode_rows, const QxView& qx) {
     constexpr size_t kShared = mma_decode::shared_bytes<HD, KT, W>();
-    static const int ctas_per_sm = [] {
-        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kShared)));
-        // All of L1 as shared memory: otherwise the driver may configure just enough for one CTA
-        // per SM while the occupancy query (and the split plan) counts on two.
-        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W>,
-                                              cudaFuncAttributePreferredSharedMemoryCarveout,
-                                              cudaSharedmemCarveoutMaxShared));
-        int n = 0;
-        MVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, mma_decode::decode_kernel<HD, KT, W>,
-                                                                      W * 32, kShared));
-        return std::max(n, 1);
-    }();
+    static const int ctas_per_sm = decode_ctas_per_sm<HD, KT, W>();
     const int32_t group = n_heads / kv.n_kv_heads;
     const int32_t n_tiles = (group + mma_decode::kHeadTile - 1) / mma_decode::kHeadTile;
-    // Thread-block clusters of up to 8 splits: how many CTAs of them can be resident at once.
-    static const int cluster_slots = [] {
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3(1, 1, mma_decode::kMaxClusterSplits);
-        config.blockDim = dim3(W * 32);
-        config.dynamicSmemBytes = kShared;
-        cudaLaunchAttribute attr;
-        attr.id = cudaLaunchAttributeClusterDimension;
-        attr.val.clusterDim.x = attr.val.clusterDim.y = 1;
-        attr.val.clusterDim.z = mma_decode::kMaxClusterSplits;
-        config.attrs = &attr;
-        config.numAttrs = 1;
-        int n = 0;
-        if (cudaOccupancyMaxActiveClusters(&n, mma_decode::decode_kernel<HD, KT, W>, &config) != cudaSuccess) n = 0;
-        cudaGetLastError();
-        return n * mma_decode::kMaxClusterSplits;
-    }();
+    static const int cluster_slots = decode_cluster_slots<HD, KT, W>(mma_decode::kMaxClusterSplits);
     // Batch-invariant: the fixed split positions of fused_split (the in-kernel merges walk a row's
     // active splits in order, so a row's result depends on its own context only).
     FusedSplit split = batch_invariant ? fused_split(batch.n_tokens, kv.n_kv_heads, n_tiles, batch.max_context,
@@ -635,6 +647,15 @@ bool attention_typed(CudaAttention variant, const DeviceBatch& batch, const int6
 }
 
 }  // namespace
+
+int decode_cluster_slots_f16(int head_dim, int warps, int size) {
+    const bool eight = warps == 8;
+    switch (head_dim) {
+        case 64: return eight ? decode_cluster_slots<64, __half, 8>(size) : decode_cluster_slots<64, __half, 4>(size);
+        case 128: return eight ? decode_cluster_slots<128, __half, 8>(size) : decode_cluster_slots<128, __half, 4>(size);
+        default: return 0;
+    }
+}
 
 void attention_timeline_reset() {
 #ifdef MVLLM_ATTN_TIMELINE

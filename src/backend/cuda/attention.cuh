@@ -80,6 +80,10 @@ bool launch_attention(CudaAttention variant, const DeviceBatch& batch, const int
                       int32_t n_sms, cudaStream_t stream, bool batch_invariant = false,
                       const QxView* qx = nullptr);
 
+// How many CTAs of the F16 decode kernel (head_dim 64 or 128, 4 or 8 warps) can be resident at once
+// in thread-block clusters of `size` (the occupancy API's count of clusters x size; 0: none).
+int decode_cluster_slots_f16(int head_dim, int warps, int size);
+
 // The decode kernel's timeline (cmake -DMVLLM_ATTN_TIMELINE=ON; otherwise both do nothing):
 // clear the record ring, or write its records (the last 65536) as CSV; returns how many.
 void attention_timeline_reset();
