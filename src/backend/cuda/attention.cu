@@ -499,24 +499,29 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
                                                      n_sms, true)
                                        : mma_split(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context,
                                                    n_sms * ctas_per_sm, min_split_tokens(W));
-    // The splits merge through clusters where the CTAs are short (a tile per warp), the merge then
-    // being much of the kernel's time: 7B at 512 tokens 6.7 -> 5.6 us, at 4K 10.2 -> 9.4. With
-    // longer CTAs the clusters measured slower (7B at 32K 25.7 -> 49.3 us, 16 x 4K 42 -> 124),
-    // as if fewer of their CTAs were resident at once (bench/NOTES.md, thirteenth session).
+    // The splits merge through clusters where the CTAs are short (up to two tiles per warp), the
+    // merge then being much of the kernel's time (7B at 512 tokens 6.2 -> 5.3 us, 0.5B 4.8 -> 3.9),
+    // and the cluster plan runs in one wave of the slots that clusters leave (120 CTAs of 8-CTA
+    // clusters at head_dim 128 on the H200, against 132 single CTAs): plans of several waves of
+    // clusters measured up to three times slower (7B at 32K 25.8 -> 49.3 us, 16 x 4K 42 -> 125;
+    // bench/NOTES.md, thirteenth session).
     int32_t cluster = 1;
     const int mode = cluster_merge_mode();
-    constexpr int32_t kShortSplit = W * mma_decode::kTile;
-    const bool any_length = mode == 3;  // measurements only: clusters for long splits too
-    if (mode > 0 && cluster_slots > 0 && split.n_splits > 1 && (split.split_tokens <= kShortSplit || any_length)) {
+    constexpr int32_t kShortSplit = 2 * W * mma_decode::kTile;
+    const bool any_plan = mode == 3;  // measurements only: clusters for any split length and wave count
+    if (mode > 0 && cluster_slots > 0 && split.n_splits > 1 && (split.split_tokens <= kShortSplit || any_plan)) {
         const FusedSplit c = mma_split(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context, cluster_slots,
                                        min_split_tokens(W), mma_decode::kMaxClusterSplits);
-        if (c.n_splits > 1 && (c.split_tokens <= kShortSplit || any_length) &&
+        // Clusters come in powers of two; splits past the plan's last one idle.
+        const int32_t size = std::min<int32_t>(static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(c.n_splits))),
+                                               mma_decode::kMaxClusterSplits);
+        const int32_t padded = static_cast<int32_t>(ceil_div(c.n_splits, size) * size);
+        const bool one_wave = static_cast<int64_t>(decode_rows) * kv.n_kv_heads * n_tiles * padded <= cluster_slots;
+        if (c.n_splits > 1 && ((c.split_tokens <= kShortSplit && one_wave) || any_plan) &&
             (mode != 1 || c.n_splits <= mma_decode::kMaxClusterSplits)) {
             split = c;
-            // Clusters come in powers of two; splits past the plan's last one idle.
-            cluster = std::min<int32_t>(static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(split.n_splits))),
-                                        mma_decode::kMaxClusterSplits);
-            split.n_splits = static_cast<int32_t>(ceil_div(split.n_splits, cluster) * cluster);
+            split.n_splits = padded;
+            cluster = size;
         }
     }
     const int32_t n_parts = split.n_splits / cluster;
