@@ -166,6 +166,46 @@ TEST(CudaAttention, OddBlockSizesLongContextsAndF16Output) {
     }
 }
 
+// The decode plan (host rule, no GPU needed), with the H200's slots for the 7B (head_dim 128: 132
+// CTAs, 120 in clusters) and 0.5B (264, 240) kernels at 8 warps: clusters where the splits are
+// short and the cluster plan fits one wave, the plain plan elsewhere.
+TEST(CudaAttention, DecodePlanClustersShortSplitsInOneWave) {
+    struct Case {
+        int32_t rows, ctas_per_row, context, slots, cluster_slots;
+        int32_t want_cluster, want_splits;
+    };
+    const Case cases[] = {
+        {1, 4, 512, 132, 120, 4, 4},     // 7B, 512 tokens: one cluster of the 4 splits
+        {1, 4, 640, 132, 120, 8, 8},     // 5 splits padded to a cluster of 8
+        {1, 4, 4096, 132, 120, 8, 24},   // 24 splits of 176 tokens, 3 clusters, one wave (96 CTAs)
+        {1, 4, 32768, 132, 120, 1, 33},  // long splits: the plain plan, 33 splits in one wave
+        {16, 4, 512, 132, 120, 1, 2},    // the cluster plan would take 3 waves (256 CTAs)
+        {1, 2, 4096, 264, 240, 8, 32},   // 0.5B at 4K: 4 clusters of 8 per KV head
+        {16, 2, 4096, 264, 240, 1, 8},   // 0.5B 16 x 4K: splits of 512 tokens
+    };
+    for (const Case& c : cases) {
+        const cuda::DecodePlan p = cuda::plan_decode(c.rows, c.ctas_per_row, c.context, c.slots, c.cluster_slots,
+                                                     256, 128, 2, false);
+        EXPECT_EQ(p.cluster, c.want_cluster) << c.rows << " x " << c.context;
+        EXPECT_EQ(p.split.n_splits, c.want_splits) << c.rows << " x " << c.context;
+        EXPECT_EQ(p.split.n_splits % p.cluster, 0);
+        EXPECT_GE(static_cast<int64_t>(p.split.n_splits) * p.split.split_tokens, c.context);
+        if (p.cluster > 1) {  // one wave of the cluster slots
+            EXPECT_LE(static_cast<int64_t>(c.rows) * c.ctas_per_row * p.split.n_splits, c.cluster_slots);
+        }
+    }
+    // Mode 0 never clusters; mode 1 only when one cluster holds a row's splits; batch-invariant
+    // plans keep their fixed 512-token splits and no clusters; no cluster slots, no clusters.
+    EXPECT_EQ(cuda::plan_decode(1, 4, 512, 132, 120, 256, 128, 0, false).cluster, 1);
+    EXPECT_EQ(cuda::plan_decode(1, 4, 512, 132, 120, 256, 128, 1, false).cluster, 4);
+    EXPECT_EQ(cuda::plan_decode(1, 4, 4096, 132, 120, 256, 128, 1, false).cluster, 1);
+    EXPECT_EQ(cuda::plan_decode(1, 4, 512, 132, 0, 256, 128, 2, false).cluster, 1);
+    const cuda::DecodePlan inv = cuda::plan_decode(1, 4, 4096, 132, 120, 256, 128, 2, true);
+    EXPECT_EQ(inv.cluster, 1);
+    EXPECT_EQ(inv.split.split_tokens, cuda::kInvariantSplitTokens);
+    EXPECT_EQ(inv.split.n_splits, 8);
+}
+
 // Decode rows whose splits merge through thread-block clusters (short splits: a tile per warp):
 // one cluster per row (the mixed batches above), and here clusters of 8 whose results merge in
 // global memory, with a partly active last cluster (4000 and 1500 tokens: 32 and 12 of 32 / 16

@@ -417,6 +417,8 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
 // holds all of a row's splits, 2 (default) also clusters of 8 whose results merge in global memory,
 // 3 as 2 but for splits of any length (measurements only: slower, see decode_launch). Needs a
 // device that launches clusters (sm_90).
+static_assert(mma_decode::kMaxClusterSplits == kMaxDecodeCluster, "one cluster limit");
+
 int cluster_merge_mode() {
     static const int mode = [] {
         const char* e = std::getenv("MVLLM_ATTN_CLUSTER");
@@ -493,37 +495,11 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     const int32_t group = n_heads / kv.n_kv_heads;
     const int32_t n_tiles = (group + mma_decode::kHeadTile - 1) / mma_decode::kHeadTile;
     static const int cluster_slots = decode_cluster_slots<HD, KT, W>(mma_decode::kMaxClusterSplits);
-    // Batch-invariant: the fixed split positions of fused_split (the in-kernel merges walk a row's
-    // active splits in order, so a row's result depends on its own context only).
-    FusedSplit split = batch_invariant ? fused_split(batch.n_tokens, kv.n_kv_heads, n_tiles, batch.max_context,
-                                                     n_sms, true)
-                                       : mma_split(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context,
-                                                   n_sms * ctas_per_sm, min_split_tokens(W));
-    // The splits merge through clusters where the CTAs are short (up to two tiles per warp), the
-    // merge then being much of the kernel's time (7B at 512 tokens 6.2 -> 5.3 us, 0.5B 4.8 -> 3.9),
-    // and the cluster plan runs in one wave of the slots that clusters leave (120 CTAs of 8-CTA
-    // clusters at head_dim 128 on the H200, against 132 single CTAs): plans of several waves of
-    // clusters measured up to three times slower (7B at 32K 25.8 -> 49.3 us, 16 x 4K 42 -> 125;
-    // bench/NOTES.md, thirteenth session).
-    int32_t cluster = 1;
-    const int mode = cluster_merge_mode();
-    constexpr int32_t kShortSplit = 2 * W * mma_decode::kTile;
-    const bool any_plan = mode == 3;  // measurements only: clusters for any split length and wave count
-    if (mode > 0 && cluster_slots > 0 && split.n_splits > 1 && (split.split_tokens <= kShortSplit || any_plan)) {
-        const FusedSplit c = mma_split(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context, cluster_slots,
-                                       min_split_tokens(W), mma_decode::kMaxClusterSplits);
-        // Clusters come in powers of two; splits past the plan's last one idle.
-        const int32_t size = std::min<int32_t>(static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(c.n_splits))),
-                                               mma_decode::kMaxClusterSplits);
-        const int32_t padded = static_cast<int32_t>(ceil_div(c.n_splits, size) * size);
-        const bool one_wave = static_cast<int64_t>(decode_rows) * kv.n_kv_heads * n_tiles * padded <= cluster_slots;
-        if (c.n_splits > 1 && ((c.split_tokens <= kShortSplit && one_wave) || any_plan) &&
-            (mode != 1 || c.n_splits <= mma_decode::kMaxClusterSplits)) {
-            split = c;
-            split.n_splits = padded;
-            cluster = size;
-        }
-    }
+    const DecodePlan plan = plan_decode(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context, n_sms * ctas_per_sm,
+                                        cluster_slots, 2 * W * mma_decode::kTile, min_split_tokens(W),
+                                        cluster_merge_mode(), batch_invariant);
+    const FusedSplit split = plan.split;
+    const int32_t cluster = plan.cluster;
     const int32_t n_parts = split.n_splits / cluster;
     float* part_o = nullptr;
     float* part_ml = nullptr;
@@ -757,6 +733,42 @@ FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context
     s.split_tokens = static_cast<int32_t>(ceil_div(ceil_div(max_context, best_n), 16) * 16);
     s.n_splits = static_cast<int32_t>(ceil_div(max_context, s.split_tokens));
     return s;
+}
+
+DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
+                       int32_t cluster_slots, int32_t short_split, int32_t min_split_tokens, int mode,
+                       bool batch_invariant) {
+    DecodePlan plan;
+    // Batch-invariant: the fixed split positions of fused_split (the in-kernel merges walk a row's
+    // active splits in order, so a row's result depends on its own context only).
+    if (batch_invariant) {
+        plan.split = fused_split(n_rows, n_ctas_per_row, 1, max_context, n_slots, true);
+        return plan;
+    }
+    plan.split = mma_split(n_rows, n_ctas_per_row, max_context, n_slots, min_split_tokens);
+    // Clusters where the CTAs are short (the merge then being much of the kernel's time: 7B at
+    // 512 tokens 6.2 -> 5.3 us, 0.5B 4.8 -> 3.9) and the cluster plan runs in one wave of the slots
+    // that clusters leave (120 CTAs of 8-CTA clusters at head_dim 128 on the H200, against 132
+    // single CTAs): plans of several waves of clusters measured up to three times slower (7B at
+    // 32K 25.8 -> 49.3 us, 16 x 4K 42 -> 125; bench/NOTES.md, thirteenth session).
+    const bool any_plan = mode == 3;  // measurements only: clusters for any split length and wave count
+    if (mode == 0 || cluster_slots <= 0 || plan.split.n_splits <= 1 ||
+        (plan.split.split_tokens > short_split && !any_plan))
+        return plan;
+    const FusedSplit c = mma_split(n_rows, n_ctas_per_row, max_context, cluster_slots, min_split_tokens,
+                                   kMaxDecodeCluster);
+    // Clusters come in powers of two; splits past the plan's last one idle.
+    const int32_t size = std::min<int32_t>(static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(c.n_splits))),
+                                           kMaxDecodeCluster);
+    const int32_t padded = static_cast<int32_t>(ceil_div(c.n_splits, size) * size);
+    const bool one_wave = static_cast<int64_t>(n_rows) * n_ctas_per_row * padded <= cluster_slots;
+    if (c.n_splits > 1 && ((c.split_tokens <= short_split && one_wave) || any_plan) &&
+        (mode != 1 || c.n_splits <= kMaxDecodeCluster)) {
+        plan.split.n_splits = padded;
+        plan.split.split_tokens = c.split_tokens;
+        plan.cluster = size;
+    }
+    return plan;
 }
 
 bool launch_attention(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,

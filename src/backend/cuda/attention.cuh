@@ -65,6 +65,21 @@ FusedSplit fused_split(int32_t n_rows, int32_t n_kv_heads, int32_t n_head_tiles,
 FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
                      int32_t min_split_tokens, int32_t granule = 1);
 
+// The decode kernel's plan (F16/BF16 KV): its splits, and how many consecutive splits form a
+// thread-block cluster that merges through shared memory (1: none; n_splits is a multiple of it).
+// n_slots: CTAs resident at once; cluster_slots: CTAs resident at once in clusters of
+// kMaxDecodeCluster (0: none); short_split: the longest split that clusters take (two tiles per
+// warp); mode: MVLLM_ATTN_CLUSTER (0 never, 1 one level, 2 the default, 3 any plan). Host rule,
+// no GPU needed.
+constexpr int32_t kMaxDecodeCluster = 8;
+struct DecodePlan {
+    FusedSplit split;
+    int32_t cluster = 1;
+};
+DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
+                       int32_t cluster_slots, int32_t short_split, int32_t min_split_tokens, int mode,
+                       bool batch_invariant);
+
 // Whether the fused F16/BF16 path sends the batch's prefill chunks to the tiled prefill kernel:
 // a sequence of the batch has at least 64 / group query rows, not batch-invariant, and
 // MVLLM_CUDA_TILED_PREFILL is not 0 (for A/B measurements).
