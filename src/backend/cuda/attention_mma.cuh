@@ -18,25 +18,15 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "backend/cuda/attention_merge.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/mma_ptx.cuh"
-#include "backend/cuda/qx.cuh"
 
 namespace mvllm::cuda::mma_decode {
 
 constexpr int kWarps = 8;     // warps per CTA by default (the kernel's W; 4 also built)
 constexpr int kTile = 16;    // context tokens per warp step
 constexpr int kStages = 3;   // tiles in flight per warp
-constexpr int kHeadTile = 16;  // query heads per CTA (the mma's M)
-constexpr int kMergeChunk = 64;  // splits per round of the split merge (their (max, sum) in shared memory)
-// From this many active splits on, the split merge stages their (max, sum) pairs in shared memory
-// (7B geometry on the H200: 4K tokens, 32 splits, 10.5 -> 9.9 us; 32K 28.4 -> 27.7; 0.5B 32K
-// 21.8 -> 18.6); with fewer (512 tokens: 4 splits) its extra barriers cost more than the serial
-// walk (6.5 -> 7.9 us).
-constexpr int kChunkedMergeMinSplits = 16;
-// Consecutive splits form thread-block clusters of up to this many CTAs (the portable maximum)
-// that merge through distributed shared memory before (or instead of) the global merge.
-constexpr int kMaxClusterSplits = 8;
 
 template <int HD, typename KT, int W = kWarps>
 constexpr size_t shared_bytes() {
@@ -133,7 +123,6 @@ __device__ __forceinline__ void load_tile(KT* sk, KT* sv, const KT* kc, const KT
     }
 }
 
-__device__ __forceinline__ float exp2_or_zero(float x, float m) { return m == -INFINITY ? 0.0f : exp2f(x - m); }
 
 // The L2 lines of load_tile's K and V tiles (one prefetch per 128-byte line).
 template <int HD, typename KT>
@@ -194,90 +183,6 @@ struct Timeline {
     __device__ __forceinline__ void flush(const void*) {}
 };
 #endif
-
-// ---- the output ------------------------------------------------------------------------------------
-
-// out[i] = v, and with qx (the GEMV's activation format, gemv.cuh) its QX value: the warp's 32
-// lanes store 32 consecutive values, one QX block (head_dim % 32 == 0).
-__device__ __forceinline__ void store_out(void* out, DType out_type, const QxView& qx, int64_t i, float v) {
-    store_any(out, out_type, i, v);
-    if (qx.hi) write_qx_block(qx, i / 32, static_cast<int>(i % 32), round_to(out_type, v));
-}
-
-// out[i .. i + 3] = a / sum, and with qx their QX values: eight aligned lanes store a block.
-__device__ __forceinline__ void store_out4(void* out, DType out_type, const QxView& qx, int64_t i, float4 a,
-                                           float sum) {
-    const float4 v = make_float4(a.x / sum, a.y / sum, a.z / sum, a.w / sum);
-    store_any(out, out_type, i, v.x);
-    store_any(out, out_type, i + 1, v.y);
-    store_any(out, out_type, i + 2, v.z);
-    store_any(out, out_type, i + 3, v.w);
-    if (qx.hi)
-        write_qx_block4(qx, i / 32, static_cast<int>(i % 32) / 4 + (threadIdx.x & 24),
-                        make_float4(round_to(out_type, v.x), round_to(out_type, v.y), round_to(out_type, v.z),
-                                    round_to(out_type, v.w)));
-}
-
-// ---- the split merges ----------------------------------------------------------------------------
-
-// One (head, dim) item of a part's unnormalised o, and with d == 0 the head's (max, sum), in the
-// global partials [head_row][n_parts][HD] and [head_row][n_parts][2].
-__device__ __forceinline__ void store_part(float* part_o, float* part_ml, int64_t head_row, int32_t n_parts,
-                                           int32_t part, int hd, int d, float o, float mx, float sum) {
-    part_o[(head_row * n_parts + part) * hd + d] = o;
-    if (d == 0) {
-        part_ml[(head_row * n_parts + part) * 2] = mx;
-        part_ml[(head_row * n_parts + part) * 2 + 1] = sum;
-    }
-}
-
-// Every CTA of a cluster (one per split of the part, rank = split % cluster size) holds its merged
-// but unnormalised o [n_g][HD] in `o_cta` and the heads' (max, sum) in s_max / s_sum. After a
-// cluster barrier the CTAs merge the part's active splits, each for a slice of the (head, dim)
-// items, reading the others' shared memory; a second barrier keeps every CTA's shared memory alive
-// until all have read it. The result (stored as the items are merged) is the output (`final`) or the part's entry in the global
-// partials. The arithmetic and its order (split by split) are those of the global merge, so a
-// row's bits do not depend on which merge ran (batch invariance).
-template <int HD>
-__device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s_max, const float* s_sum,
-                                              int32_t n_g, int32_t n_active, int64_t head_row0, bool final,
-                                              void* out, DType out_type, const QxView& qx, float* part_o,
-                                              float* part_ml, int32_t n_parts, int32_t part) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    const int32_t size = static_cast<int32_t>(cluster.num_blocks());
-    const int32_t n_mine = min(size, n_active - part * size);  // this part's active splits
-    cluster.sync();
-    const int32_t stride = size * static_cast<int32_t>(blockDim.x);
-    for (int32_t idx = static_cast<int32_t>(cluster.block_rank() * blockDim.x + threadIdx.x); idx < n_g * HD;
-         idx += stride) {
-        const int head = idx / HD;
-        float ms[kMaxClusterSplits], ls[kMaxClusterSplits], os[kMaxClusterSplits];
-#pragma unroll
-        for (int s = 0; s < kMaxClusterSplits; ++s) {
-            const bool on = s < n_mine;
-            ms[s] = on ? *cluster.map_shared_rank(s_max + head, s) : -INFINITY;
-            ls[s] = on ? *cluster.map_shared_rank(s_sum + head, s) : 0.0f;
-            os[s] = on ? *cluster.map_shared_rank(o_cta + idx, s) : 0.0f;
-        }
-        float mx = -INFINITY;
-#pragma unroll
-        for (int s = 0; s < kMaxClusterSplits; ++s) mx = fmaxf(mx, ms[s]);
-        float sum = 0.0f, o = 0.0f;
-#pragma unroll
-        for (int s = 0; s < kMaxClusterSplits; ++s) {
-            if (s >= n_mine) break;
-            const float c = exp2_or_zero(ms[s], mx);
-            sum += ls[s] * c;
-            o += os[s] * c;
-        }
-        if (final) store_out(out, out_type, qx, (head_row0 + head) * HD + idx % HD, o / sum);
-        else store_part(part_o, part_ml, head_row0 + head, n_parts, part, HD, idx % HD, o, mx, sum);
-    }
-    cluster.sync();  // the loads above have returned: the other CTAs may leave
-#endif
-}
 
 // ---- the kernel -----------------------------------------------------------------------------------
 
@@ -560,109 +465,8 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         return;
     }
     __threadfence();
-    if (n_active_parts < kChunkedMergeMinSplits) {
-        // Few splits: each thread merges them for its (head, 4 dims). All the splits' (max, sum)
-        // pairs and o values are loaded at once (unrolled to the fixed bound, predicated on
-        // n_active_parts), so the merge costs one L2 round trip, not one per split; the arithmetic is
-        // then a walk over the splits in order.
-        constexpr int kMax = kChunkedMergeMinSplits;
-        for (int idx = threadIdx.x; idx < n_g * (HD / 4); idx += blockDim.x) {
-            const int head = idx / (HD / 4), d4 = idx % (HD / 4);
-            const int64_t head_row = static_cast<int64_t>(row) * n_heads + head0 + head;
-            const float2* ml = reinterpret_cast<const float2*>(part_ml + head_row * n_parts * 2);
-            const float4* po = reinterpret_cast<const float4*>(part_o + head_row * n_parts * HD) + d4;
-            float2 ms[kMax];
-            float4 v[kMax];
-#pragma unroll
-            for (int s = 0; s < kMax; ++s) {
-                ms[s] = s < n_active_parts ? __ldcg(ml + s) : make_float2(-INFINITY, 0.0f);
-                v[s] = s < n_active_parts ? __ldcg(po + s * (HD / 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            }
-            float mx = -INFINITY;
-#pragma unroll
-            for (int s = 0; s < kMax; ++s) mx = fmaxf(mx, ms[s].x);
-            float sum = 0.0f;
-            float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-            for (int s = 0; s < kMax; ++s) {
-                if (s >= n_active_parts) break;
-                const float c = exp2_or_zero(ms[s].x, mx);
-                sum += ms[s].y * c;
-                a.x += v[s].x * c;
-                a.y += v[s].y * c;
-                a.z += v[s].z * c;
-                a.w += v[s].w * c;
-            }
-            store_out4(out, out_type, qx, head_row * HD + d4 * 4, a, sum);
-        }
-    } else {
-        // The row's active splits, merged: per head the maximum of the splits' maxima, then each
-        // split's weight exp2(m_s - max), the weighted sum of the splits' sums and of their o, all in
-        // split order. The (max, sum) pairs pass through shared memory a chunk of splits at a time,
-        // loaded by all threads at once; walked one split after another they cost an L2 round trip
-        // per split. The shared memory of the pipeline is free again.
-        constexpr int kItems = (kHeadTile * (HD / 4) + W * 32 - 1) / (W * 32);  // (head, 4 dims) per thread
-        float* s_c = reinterpret_cast<float*>(smem);  // [kHeadTile][kMergeChunk]: m_s, then the weights
-        float* s_l = s_c + kHeadTile * kMergeChunk;  // [kHeadTile][kMergeChunk]: the splits' sums
-        {
-            float mx = -INFINITY;  // threads < n_g: the maximum of head threadIdx.x
-            for (int c0 = 0; c0 < n_active_parts; c0 += kMergeChunk) {
-                const int nc = min(kMergeChunk, n_active_parts - c0);
-                for (int i = threadIdx.x; i < n_g * nc; i += blockDim.x) {
-                    const int h = i / nc, j = i % nc;
-                    s_c[h * kMergeChunk + j] = __ldcg(part_ml + ((head_row0 + h) * n_parts + c0 + j) * 2);
-                }
-                __syncthreads();
-                if (threadIdx.x < n_g)
-                    for (int j = 0; j < nc; ++j) mx = fmaxf(mx, s_c[threadIdx.x * kMergeChunk + j]);
-                __syncthreads();
-            }
-            if (threadIdx.x < n_g) s_max[threadIdx.x] = mx;
-        }
-        __syncthreads();
-        float sum = 0.0f;  // threads < n_g: the merged sum of head threadIdx.x
-        float4 a[kItems];
-#pragma unroll
-        for (int k = 0; k < kItems; ++k) a[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int c0 = 0; c0 < n_active_parts; c0 += kMergeChunk) {
-            const int nc = min(kMergeChunk, n_active_parts - c0);
-            for (int i = threadIdx.x; i < n_g * nc; i += blockDim.x) {
-                const int h = i / nc, j = i % nc;
-                const float2 ml = __ldcg(reinterpret_cast<const float2*>(part_ml + ((head_row0 + h) * n_parts + c0 + j) * 2));
-                s_c[h * kMergeChunk + j] = exp2_or_zero(ml.x, s_max[h]);
-                s_l[h * kMergeChunk + j] = ml.y;
-            }
-            __syncthreads();
-            if (threadIdx.x < n_g)
-                for (int j = 0; j < nc; ++j) sum += s_l[threadIdx.x * kMergeChunk + j] * s_c[threadIdx.x * kMergeChunk + j];
-#pragma unroll
-            for (int k = 0; k < kItems; ++k) {
-                const int idx = threadIdx.x + k * W * 32;
-                if (idx >= n_g * (HD / 4)) break;
-                const int head = idx / (HD / 4), d4 = idx % (HD / 4);
-                const float4* src = reinterpret_cast<const float4*>(part_o + ((head_row0 + head) * n_parts + c0) * HD) + d4;
-                const float* c = s_c + head * kMergeChunk;
-#pragma unroll 8
-                for (int j = 0; j < nc; ++j) {
-                    const float4 v = __ldcg(src + j * (HD / 4));
-                    a[k].x += v.x * c[j];
-                    a[k].y += v.y * c[j];
-                    a[k].z += v.z * c[j];
-                    a[k].w += v.w * c[j];
-                }
-            }
-            __syncthreads();
-        }
-        if (threadIdx.x < n_g) s_sum[threadIdx.x] = sum;
-        __syncthreads();
-#pragma unroll
-        for (int k = 0; k < kItems; ++k) {
-            const int idx = threadIdx.x + k * W * 32;
-            if (idx >= n_g * (HD / 4)) break;
-            const int head = idx / (HD / 4), d4 = idx % (HD / 4);
-            store_out4(out, out_type, qx, (head_row0 + head) * HD + d4 * 4, a[k], s_sum[head]);
-        }
-    }
+    merge_parts<HD, W>(part_o, part_ml, n_parts, n_active_parts, n_g, static_cast<int64_t>(row) * n_heads + head0,
+                       reinterpret_cast<float*>(smem), s_max, s_sum, out, out_type, qx);
     if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
     tl.mark(8);
     tl.flush(kc);
