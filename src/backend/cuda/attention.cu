@@ -13,6 +13,7 @@
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_prefill.cuh"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/env.h"
 
 namespace mvllm::cuda {
 namespace {
@@ -421,12 +422,10 @@ static_assert(mma_decode::kMaxClusterSplits == kMaxDecodeCluster, "one cluster l
 
 int cluster_merge_mode() {
     static const int mode = [] {
-        const char* e = std::getenv("MVLLM_ATTN_CLUSTER");
         int device = 0, can = 0;
         cudaGetDevice(&device);
         cudaDeviceGetAttribute(&can, cudaDevAttrClusterLaunch, device);
-        const int m = e ? std::atoi(e) : 2;
-        return can ? std::clamp(m, 0, 3) : 0;
+        return can ? std::clamp(env_int("MVLLM_ATTN_CLUSTER", 2), 0, 3) : 0;
     }();
     return mode;
 }
@@ -435,8 +434,7 @@ int cluster_merge_mode() {
 // MVLLM_ATTN_MIN_SPLIT_TOKENS (a multiple of 16, for measurements).
 int32_t min_split_tokens(int warps) {
     static const int32_t forced = [] {
-        const char* e = std::getenv("MVLLM_ATTN_MIN_SPLIT_TOKENS");
-        const int32_t v = e ? std::atoi(e) : 0;
+        const int32_t v = env_int("MVLLM_ATTN_MIN_SPLIT_TOKENS", 0);
         return v > 0 && v % mma_decode::kTile == 0 ? v : 0;
     }();
     return forced ? forced : warps * mma_decode::kTile;
@@ -532,10 +530,7 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
 // MVLLM_ATTN_WARPS=4|8 forces either.
 constexpr int32_t kFourWarpsMaxContext = 2048;
 int decode_warps(int64_t n_pairs, int32_t max_context, int32_t n_sms) {
-    static const int forced = [] {
-        const char* e = std::getenv("MVLLM_ATTN_WARPS");
-        return e ? std::atoi(e) : 0;
-    }();
+    static const int forced = env_int("MVLLM_ATTN_WARPS", 0);
     if (forced == 4 || forced == 8) return forced;
     return n_pairs >= n_sms && max_context <= kFourWarpsMaxContext ? 4 : 8;
 }
@@ -705,10 +700,7 @@ FusedSplit fused_split(int32_t n_rows, int32_t n_kv_heads, int32_t n_head_tiles,
 }
 
 bool use_tiled_prefill(int32_t max_seq_tokens, int32_t group, bool batch_invariant) {
-    static const bool enabled = [] {
-        const char* e = std::getenv("MVLLM_CUDA_TILED_PREFILL");
-        return !(e && std::string(e) == "0");
-    }();
+    static const bool enabled = env_on("MVLLM_CUDA_TILED_PREFILL");
     // Batch-invariant mode keeps every row on the decode kernel's fixed splits: which kernel a
     // prompt token meets would otherwise depend on how the scheduler chunked the batch.
     return enabled && !batch_invariant && max_seq_tokens >= mma_prefill::min_query_tokens(group);

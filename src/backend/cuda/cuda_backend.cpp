@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/env.h"
 #include "backend/cuda/gemm_tiles.cuh"
 #include "backend/cuda/ops.cuh"
 #include "backend/cuda/weight_layout.h"
@@ -146,8 +147,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
         return make_error("CUDA device ", options.device, " does not exist (", n, " devices)");
     auto impl = std::make_unique<Impl>();
     impl->options = options;
-    const char* env = std::getenv("MVLLM_CUDA_GRAPHS");
-    impl->graphs_enabled = options.graphs && !(env && std::string(env) == "0");
+    impl->graphs_enabled = options.graphs && cuda::env_on("MVLLM_CUDA_GRAPHS");
     if (const char* e = std::getenv("MVLLM_CUDA_GRAPH_ABLATION")) impl->ablation_at = std::atoll(e);
     const char* timing_env = std::getenv("MVLLM_CUDA_STEP_TIMING");
     if (timing_env && std::string(timing_env) == "1") {
@@ -155,8 +155,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
         MVLLM_CUDA_OK(cudaEventCreate(&impl->graph_timing.start));
         MVLLM_CUDA_OK(cudaEventCreate(&impl->graph_timing.stop));
     }
-    const char* f16_env = std::getenv("MVLLM_CUDA_F16_WEIGHTS");
-    if (f16_env && std::string(f16_env) == "0") impl->options.f16_weight_copies = false;
+    if (!cuda::env_on("MVLLM_CUDA_F16_WEIGHTS")) impl->options.f16_weight_copies = false;
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
     cudaDeviceProp prop{};
     MVLLM_CUDA_OK(cudaGetDeviceProperties(&prop, options.device));
@@ -444,10 +443,7 @@ void CudaBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, 
     // Small batches: the decode kernel also writes the QX that the output projection's GEMV reads
     // (as rms_norm does for its consumers), which saves the quantisation kernel. MVLLM_ATTN_QX=0
     // turns this off (for A/B measurements).
-    static const bool qx_enabled = [] {
-        const char* e = std::getenv("MVLLM_ATTN_QX");
-        return !(e && std::string(e) == "0");
-    }();
+    static const bool qx_enabled = cuda::env_on("MVLLM_ATTN_QX");
     const int64_t width = out.ne[0], n_rows = out.ne[1];
     cuda::QxView qx;
     const bool want_qx = qx_enabled && variant == cuda::CudaAttention::Fused && n_rows > 0 &&

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/env.h"
 #include "backend/cuda/qx.cuh"
 
 namespace mvllm::cuda {
@@ -550,8 +551,7 @@ __global__ void rms_norm_qx_kernel(const XT* x, const void* weight, DType weight
 // 1|2|4 forces it, for the kernel benchmark.
 int gemv_k_split(int64_t n_items, int64_t n_row_groups, bool k_quant) {
     static const int forced = [] {
-        const char* e = std::getenv("MVLLM_GEMV_KSPLIT");
-        const int v = e ? std::atoi(e) : 0;
+        const int v = env_int("MVLLM_GEMV_KSPLIT", 0);
         return v == 1 || v == 2 || v == 4 ? v : 0;
     }();
     if (forced) return forced;

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/env.h"
 
 namespace mvllm::cuda {
 namespace {
@@ -445,18 +446,12 @@ void launch_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const Te
 }
 
 int early_loads() {
-    static const int mask = [] {
-        const char* e = std::getenv("MVLLM_EARLY_LOADS");
-        return e ? std::atoi(e) : 3;
-    }();
+    static const int mask = env_int("MVLLM_EARLY_LOADS", 3);
     return mask;
 }
 
 bool pdl_enabled() {
-    static const bool on = [] {
-        const char* e = std::getenv("MVLLM_CUDA_PDL");
-        return !(e && std::string(e) == "0");
-    }();
+    static const bool on = env_on("MVLLM_CUDA_PDL");
     return on;
 }
 
