@@ -14,7 +14,6 @@
 // are multiplied, which keeps them to ~16 bits (F16 keeps 11 bits with a single part).
 #pragma once
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -122,7 +121,6 @@ __device__ __forceinline__ void load_tile(KT* sk, KT* sv, const KT* kc, const KT
         cp_async16(sv + s, vc + off, valid);
     }
 }
-
 
 // The L2 lines of load_tile's K and V tiles (one prefetch per 128-byte line).
 template <int HD, typename KT>
