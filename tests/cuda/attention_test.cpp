@@ -109,8 +109,10 @@ void run_case(CudaAttentionVariant variant, DType kv_dtype, DType out_type, cons
     const double err = rel_max_error(got, ref);
     // With few rows the fused F16/BF16 decode kernel also writes the output's QX (the GEMV's
     // activation format) for the output projection: a GEMV reading it gives the bits of one that
-    // quantises a copy of the output itself. (A matmul takes F32 or F16 input.)
-    if (step.n_tokens() <= cuda::kGemvMaxTokens && q_width % 32 == 0 && out_type != DType::BF16) {
+    // quantises a copy of the output itself. Only where that kernel writes it (elsewhere both GEMVs
+    // would quantise and the check could not fail); a matmul takes F32 or F16 input.
+    if (variant == CudaAttentionVariant::Fused && kv_dtype != DType::F32 && g.head_dim % 32 == 0 &&
+        step.n_tokens() <= cuda::kGemvMaxTokens && out_type != DType::BF16) {
         const int64_t n_out = 48;
         std::vector<uint8_t> wb = encode_rows(DType::Q8_0, random_floats(n_out * q_width, seed + 4, 0.5f), q_width);
         auto w = be->upload_weight(host_view(DType::Q8_0, q_width, n_out, wb.data()));
