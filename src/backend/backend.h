@@ -105,16 +105,26 @@ public:
         matmul(w_up, x, TensorView{}, up);
         silu_mul(gate, up, out);
     }
-    // True when the backend wants Q, K and V as one matrix (rows q, then k, then v) followed by
-    // rope_kv_store instead of three matmuls, two RoPEs and kv_store.
+    // True when the backend wants Q, K and V as one matrix (rows q, then k, then v; the q and k
+    // rows of each head in RoPE pairs: row 2i is dim i, row 2i + 1 dim i + head_dim / 2) followed
+    // by rope_kv_store instead of three matmuls, two RoPEs and kv_store.
     virtual bool fuses_qkv() const { return false; }
-    // From qkv [n_rows][q_dim + 2 kv_dim] f32 plus bias ([q_dim + 2 kv_dim] f32, or none: the QKV
-    // bias added here, not by the matmul): q = RoPE(q part) into q [n_rows][q_dim] f32, and RoPE(k
-    // part), v part written into the cache slots of the batch. Only when fuses_qkv().
+    // From qkv [n_rows][q_dim + 2 kv_dim] f32 (the rows of fuses_qkv) plus bias ([q_dim + 2 kv_dim]
+    // f32 in the same order, or none: the QKV bias added here, not by the matmul): q = RoPE(q part)
+    // into q [n_rows][q_dim] f32 in head-dim order, and RoPE(k part), v part written into the cache
+    // slots of the batch. Only when fuses_qkv().
     virtual void rope_kv_store(const TensorView& qkv, const TensorView& bias, int32_t n_heads, int32_t n_kv_heads,
                                const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) {
         (void)qkv, (void)bias, (void)n_heads, (void)n_kv_heads, (void)rope, (void)q, (void)cache, (void)layer;
         MVLLM_CHECK(false) << name() << " does not fuse QKV";
+    }
+    // qkv = wqkv x, then rope_kv_store (qkv: scratch of [n_rows][q_dim + 2 kv_dim] f32). A backend
+    // may do both in one kernel (and then need not write qkv). Only when fuses_qkv().
+    virtual void matmul_rope_kv_store(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
+                                      const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads,
+                                      const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) {
+        matmul(wqkv, x, TensorView{}, qkv);
+        rope_kv_store(qkv, bias, n_heads, n_kv_heads, rope, q, cache, layer);
     }
 
     // ---- Recorded steps. A forward pass may be recorded once and replayed (a CUDA graph):

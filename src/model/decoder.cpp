@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/progress.h"
 
@@ -49,6 +50,22 @@ TensorView stack_bias(const LayerWeights& w, std::vector<uint8_t>* bytes) {
     return out;
 }
 
+// The fused QKV order of Backend::fuses_qkv: within each head of the q and k parts (the first
+// n_qk_rows rows), row 2i takes dim i and row 2i + 1 dim i + head_dim / 2; v rows stay. `row_bytes`
+// per row (a quantised row is a whole number of blocks, so rows move as bytes).
+void pair_rope_rows(uint8_t* data, int64_t n_qk_rows, int32_t head_dim, size_t row_bytes) {
+    std::vector<uint8_t> head(static_cast<size_t>(head_dim) * row_bytes);
+    const int32_t half = head_dim / 2;
+    for (int64_t h0 = 0; h0 < n_qk_rows; h0 += head_dim) {
+        uint8_t* base = data + static_cast<size_t>(h0) * row_bytes;
+        std::memcpy(head.data(), base, head.size());
+        for (int32_t i = 0; i < half; ++i) {
+            std::memcpy(base + (2 * i) * row_bytes, head.data() + i * row_bytes, row_bytes);
+            std::memcpy(base + (2 * i + 1) * row_bytes, head.data() + (i + half) * row_bytes, row_bytes);
+        }
+    }
+}
+
 std::atomic<uint64_t> g_next_program{1};
 
 }  // namespace
@@ -69,12 +86,16 @@ Result<std::unique_ptr<Decoder>> Decoder::create(const Model& model, Backend& ba
             const bool has_bias = w.bq.data || w.bk.data || w.bv.data;
             d->fused_host_.emplace_back();
             TensorView wqkv = stack_rows({&w.wq, &w.wk, &w.wv}, &d->fused_host_.back());
+            const int64_t n_qk_rows = w.wq.ne[1] + w.wk.ne[1];
+            pair_rope_rows(d->fused_host_.back().data(), n_qk_rows, d->config_.head_dim, wqkv.n_bytes() / wqkv.ne[1]);
             MVLLM_ASSIGN_OR_RETURN(wqkv, backend.upload_weight(wqkv));
             d->wqkv_.push_back(wqkv);
             TensorView bqkv;
             if (has_bias) {
                 d->fused_host_.emplace_back();
-                MVLLM_ASSIGN_OR_RETURN(bqkv, backend.upload_weight(stack_bias(w, &d->fused_host_.back())));
+                TensorView b = stack_bias(w, &d->fused_host_.back());
+                pair_rope_rows(d->fused_host_.back().data(), w.wq.ne[1] + w.wk.ne[1], d->config_.head_dim, sizeof(float));
+                MVLLM_ASSIGN_OR_RETURN(bqkv, backend.upload_weight(b));
             }
             d->bqkv_.push_back(bqkv);
             for (TensorView* t : {&w.wq, &w.wk, &w.wv, &w.bq, &w.bk, &w.bv}) t->data = nullptr;
@@ -186,8 +207,7 @@ TensorView Decoder::run(const Batch& batch, KvCache& cache) {
             const LayerWeights& w = weights_.layers[l];
             be.rms_norm(x, w.attn_norm, c.rms_norm_eps, xn);
             if (fused_qkv) {
-                be.matmul(wqkv_[l], xn, none, qkv);
-                be.rope_kv_store(qkv, bqkv_[l], c.n_heads, c.n_kv_heads, rope, q, cache, l);
+                be.matmul_rope_kv_store(wqkv_[l], xn, bqkv_[l], qkv, c.n_heads, c.n_kv_heads, rope, q, cache, l);
             } else {
                 be.matmul(w.wq, xn, w.bq, q);
                 be.matmul(w.wk, xn, w.bk, k);

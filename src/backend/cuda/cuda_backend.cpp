@@ -432,6 +432,28 @@ void CudaBackend::rope_kv_store(const TensorView& qkv, const TensorView& bias, i
     cuda::launch_rope_kv_store(im.batch, kv, qkv, bias, n_heads, im.inv_freq, q, im.stream);
 }
 
+void CudaBackend::matmul_rope_kv_store(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
+                                       const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads,
+                                       const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) {
+    static const bool enabled = [] {
+        const char* e = std::getenv("MVLLM_QKV_ROPE");
+        return !(e && std::string(e) == "0");
+    }();
+    Impl& im = *impl_;
+    cuda::QxView storage;
+    const cuda::QxView* qx =
+        enabled && cuda::qkv_rope_gemv_supported(wqkv.type, x.ne[1]) ? im.qx_for(wqkv, x, &storage) : nullptr;
+    if (!qx) {
+        Backend::matmul_rope_kv_store(wqkv, x, bias, qkv, n_heads, n_kv_heads, rope, q, cache, layer);
+        return;
+    }
+    im.wrote(q);
+    im.set_inv_freq(rope);
+    const cuda::DeviceKvLayer kv = device_layer(cache, layer);
+    MVLLM_CHECK(kv.n_kv_heads == n_kv_heads && kv.head_dim == rope.head_dim) << "matmul_rope_kv_store geometry";
+    cuda::launch_qkv_rope_gemv(wqkv, *qx, bias, im.batch, kv, n_heads, im.inv_freq, q, im.stream);
+}
+
 void CudaBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, const TensorView& out,
                             int32_t n_heads, float scale) {
     Impl& im = *impl_;

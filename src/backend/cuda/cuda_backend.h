@@ -71,6 +71,11 @@ public:
     bool fuses_qkv() const override { return true; }
     void rope_kv_store(const TensorView& qkv, const TensorView& bias, int32_t n_heads, int32_t n_kv_heads,
                        const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) override;
+    // Up to 4 rows on quantised weights: one GEMV whose epilogue applies RoPE and stores q and
+    // the K/V (MVLLM_QKV_ROPE=0: the matmul and rope_kv_store kernels, for A/B measurements).
+    void matmul_rope_kv_store(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
+                              const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads, const RopeParams& rope,
+                              const TensorView& q, KvCache& cache, int32_t layer) override;
 
     // Decode steps (every sequence one token, up to 512 sequences, fused attention)
     // are recorded as one CUDA graph per (program, cache, batch size, context bucket) on their

@@ -7,6 +7,7 @@
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/env.h"
 #include "backend/cuda/qx.cuh"
+#include "backend/cuda/rope.cuh"
 
 namespace mvllm::cuda {
 namespace {
@@ -279,10 +280,10 @@ __device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxVi
 // 32 (k + ks) + l, ...; each weight byte is loaded once and dotted with every column. The parts
 // are summed in a fixed order (warp sums, then part 0 + 1 + ...), so a column's result depends
 // neither on the other columns nor on which CTA ran it.
-template <DType T, int NT, bool kPair>
+template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix& w2, const QxView& x, const float* bias,
                                         void* out, DType out_type, int64_t n_out, int n_tokens, int accumulate, int ks,
-                                        int early) {
+                                        int early, const QkvRopeOut& rope) {
     using I = Item<T>;
     constexpr int R = rows_per_warp<T, NT, kPair>();
     constexpr int NS = kPair ? 2 : 1;
@@ -358,21 +359,42 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                 for (int t = 0; t < NT; ++t)
                     for (int k = 1; k < ks; ++k) acc[s][r][t] += partial[warp + k][(s * R + r) * NT + t];
     }
+    if constexpr (kRope) {  // the fused QKV rows: pairs (r, r + 1), RoPE'd into q and the cache
+        static_assert(R % 2 == 0 && !kPair, "RoPE pairs lie within a warp's rows");
+        const int64_t qk_rows = static_cast<int64_t>(rope.n_heads + rope.n_kv_heads) * rope.head_dim;
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
+        for (int r = 0; r < R; r += 2) {
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            float v = acc[0][r][t];
-            if (kPair) v = silu(v) * acc[NS - 1][r][t];
-            const int64_t o = row0 + r;
-            // Every lane holds the sum: lane (r * NT + t) % 32 writes it.
-            if (lane == ((r * NT + t) & 31) && o < n_out && t < n_tokens) {
-                if (kPair) {
-                    store_any(out, out_type, t * n_out + o, v);
+            for (int t = 0; t < NT; ++t) {
+                const int64_t o = row0 + r;
+                if (lane != ((r * NT + t) & 31) || o >= n_out || t >= n_tokens) continue;
+                float x0 = acc[0][r][t], x1 = acc[0][r + 1][t];
+                if (bias) x0 += bias[o], x1 += bias[o + 1];
+                if (o < qk_rows) {
+                    rope.store_pair(o, t, x0, x1);
                 } else {
-                    float* dst = static_cast<float*>(out) + t * n_out + o;
-                    if (bias) v += bias[o];
-                    *dst = accumulate ? *dst + v : v;
+                    rope.store_v(o, t, x0);
+                    rope.store_v(o + 1, t, x1);
+                }
+            }
+        }
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                float v = acc[0][r][t];
+                if (kPair) v = silu(v) * acc[NS - 1][r][t];
+                const int64_t o = row0 + r;
+                // Every lane holds the sum: lane (r * NT + t) % 32 writes it.
+                if (lane == ((r * NT + t) & 31) && o < n_out && t < n_tokens) {
+                    if (kPair) {
+                        store_any(out, out_type, t * n_out + o, v);
+                    } else {
+                        float* dst = static_cast<float*>(out) + t * n_out + o;
+                        if (bias) v += bias[o];
+                        *dst = accumulate ? *dst + v : v;
+                    }
                 }
             }
         }
@@ -388,17 +410,19 @@ struct GemvQxArgs {
     DType out_type;
     int64_t n_out;
     int n_tokens, accumulate, ks, early;
+    QkvRopeOut rope;  // kRope: where the fused QKV rows go
 };
-template <DType T, int NT, bool kPair>
+template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const GemvQxArgs& a) {
-    gemv_qx<T, NT, kPair>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate, a.ks, a.early);
+    gemv_qx<T, NT, kPair, kRope>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate, a.ks,
+                                 a.early, a.rope);
 }
-template <DType T, int NT, bool kPair>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) { gemv_qx<T, NT, kPair>(a); }
+template <DType T, int NT, bool kPair, bool kRope = false>
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) { gemv_qx<T, NT, kPair, kRope>(a); }
 // Batch-1 Q4_0 (every matmul of a decode step but the LM head): 7 CTAs per SM (72 registers),
 // which its first items loaded before the wait would otherwise push to 6. (A minimum CTA count
 // on every instantiation makes ptxas spend far more registers on the others.)
-template <bool kPair>
+template <bool kPair, bool kRope = false>
 __global__ void __launch_bounds__(kGemvWarps * 32, 7) gemv_q4_0_b1_kernel(GemvQxArgs a) {
     gemv_qx<DType::Q4_0, 1, kPair>(a);
 }
@@ -563,18 +587,38 @@ int gemv_k_split(int64_t n_items, int64_t n_row_groups, bool k_quant) {
     return ks;
 }
 
-template <DType T, int NT, bool kPair>
+// With `rope` (kRope): the fused QKV rows, RoPE'd and stored by the epilogue (no `out`).
+template <DType T, int NT, bool kPair, bool kRope = false>
 void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
-                    DType out_type, int64_t n_out, int accumulate, cudaStream_t stream) {
+                    DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, const QkvRopeOut* rope = nullptr) {
     constexpr int R = rows_per_warp<T, NT, kPair>();
     const int ks = gemv_k_split(x.n_in / Item<T>::kValues, ceil_div(n_out, R), Item<T>::kParts > 1);
     const unsigned grid = static_cast<unsigned>(ceil_div(n_out, kGemvWarps / ks * R));
     const QuantMatrix m = quant_matrix<T>(w.data, w.ne[0], w.ne[1]);
     const QuantMatrix m2 = w2 ? quant_matrix<T>(w2->data, w2->ne[0], w2->ne[1]) : m;
-    const GemvQxArgs args{m, m2, x, bias, out, out_type, n_out, static_cast<int>(x.n_rows), accumulate, ks,
-                          early_loads() & kEarlyGemv ? 1 : 0};
-    if constexpr (T == DType::Q4_0 && NT == 1) launch_pdl(gemv_q4_0_b1_kernel<kPair>, grid, kGemvWarps * 32, 0, stream, args);
-    else launch_pdl(gemv_qx_kernel<T, NT, kPair>, grid, kGemvWarps * 32, 0, stream, args);
+    GemvQxArgs args{m, m2, x, bias, out, out_type, n_out, static_cast<int>(x.n_rows), accumulate, ks,
+                    early_loads() & kEarlyGemv ? 1 : 0, {}};
+    if (rope) args.rope = *rope;
+    if constexpr (T == DType::Q4_0 && NT == 1)
+        launch_pdl(gemv_q4_0_b1_kernel<kPair, kRope>, grid, kGemvWarps * 32, 0, stream, args);
+    else
+        launch_pdl(gemv_qx_kernel<T, NT, kPair, kRope>, grid, kGemvWarps * 32, 0, stream, args);
+}
+
+// The fused QKV projection with RoPE and the K/V store in the epilogue, up to kQkvRopeMaxRows rows
+// (where every weight type's warp holds an even number of rows: whole RoPE pairs).
+constexpr int64_t kQkvRopeMaxRows = 4;
+template <int NT>
+void qkv_rope_dispatch_type(const TensorView& w, const QxView& x, const float* bias, const QkvRopeOut& rope,
+                            cudaStream_t stream) {
+    const int64_t n_out = w.ne[1];
+    switch (w.type) {
+        case DType::Q4_0: gemv_qx_launch<DType::Q4_0, NT, false, true>(w, nullptr, x, bias, nullptr, DType::F32, n_out, 0, stream, &rope); break;
+        case DType::Q8_0: gemv_qx_launch<DType::Q8_0, NT, false, true>(w, nullptr, x, bias, nullptr, DType::F32, n_out, 0, stream, &rope); break;
+        case DType::Q4_K: gemv_qx_launch<DType::Q4_K, NT, false, true>(w, nullptr, x, bias, nullptr, DType::F32, n_out, 0, stream, &rope); break;
+        case DType::Q6_K: gemv_qx_launch<DType::Q6_K, NT, false, true>(w, nullptr, x, bias, nullptr, DType::F32, n_out, 0, stream, &rope); break;
+        default: MVLLM_CHECK(false) << "qkv_rope GEMV weight " << type_name(w.type);
+    }
 }
 
 template <int NT, bool kPair>
@@ -715,6 +759,27 @@ void launch_gemv_float(const TensorView& w, const TensorView& x, const TensorVie
     if (x.type == DType::F32) gemv_float_dispatch<float>(w, x, b, o, acc, stream);
     else if (x.type == DType::F16) gemv_float_dispatch<__half>(w, x, b, o, acc, stream);
     else MVLLM_CHECK(false) << "float GEMV input " << type_name(x.type);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+bool qkv_rope_gemv_supported(DType weight_type, int64_t n_rows) {
+    return gemv_uses_qx(weight_type) && n_rows >= 1 && n_rows <= kQkvRopeMaxRows;
+}
+
+void launch_qkv_rope_gemv(const TensorView& wqkv, const QxView& qx, const TensorView& bias, const DeviceBatch& batch,
+                          const DeviceKvLayer& kv, int32_t n_heads, const float* inv_freq, const TensorView& q,
+                          cudaStream_t stream) {
+    const int64_t q_dim = static_cast<int64_t>(n_heads) * kv.head_dim, kv_dim = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
+    MVLLM_CHECK(qkv_rope_gemv_supported(wqkv.type, qx.n_rows) && wqkv.ne[0] == qx.n_in &&
+                wqkv.ne[1] == q_dim + 2 * kv_dim && q.type == DType::F32 && q.ne[0] == q_dim &&
+                q.ne[1] == qx.n_rows && qx.n_rows == batch.n_tokens)
+        << "qkv_rope GEMV shapes";
+    MVLLM_CHECK(!bias.data || (bias.type == DType::F32 && bias.ne[0] == wqkv.ne[1])) << "qkv_rope GEMV bias";
+    const QkvRopeOut rope = qkv_rope_out(batch, kv, n_heads, inv_freq, q);
+    const float* b = bias.data ? static_cast<const float*>(bias.data) : nullptr;
+    if (qx.n_rows == 1) qkv_rope_dispatch_type<1>(wqkv, qx, b, rope, stream);
+    else if (qx.n_rows == 2) qkv_rope_dispatch_type<2>(wqkv, qx, b, rope, stream);
+    else qkv_rope_dispatch_type<4>(wqkv, qx, b, rope, stream);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

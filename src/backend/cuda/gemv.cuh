@@ -17,6 +17,7 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/cuda/device_batch.h"
 #include "core/tensor.h"
 
 namespace mvllm::cuda {
@@ -51,6 +52,14 @@ enum class GemvEpilogue {
     Store,       // out = acc (+ bias)
     Accumulate,  // out += acc (+ bias): the residual add folded into the matmul
 };
+
+// The fused QKV projection (wqkv's q and k rows in RoPE pairs, rope.cuh) with RoPE and the K/V
+// store in its epilogue: the result of launch_gemv_qx followed by launch_rope_kv_store, the same
+// bits, in one kernel. Quantised weights, 1..4 rows (qkv_rope_gemv_supported).
+bool qkv_rope_gemv_supported(DType weight_type, int64_t n_rows);
+void launch_qkv_rope_gemv(const TensorView& wqkv, const QxView& qx, const TensorView& bias, const DeviceBatch& batch,
+                          const DeviceKvLayer& kv, int32_t n_heads, const float* inv_freq, const TensorView& q,
+                          cudaStream_t stream);
 
 // Quantised W [n_out][n_in] against qx (n_tokens = qx.n_rows; launches of <= kGemvMaxColumns
 // columns, more than one only in batch-invariant mode); out F32.

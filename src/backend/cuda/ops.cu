@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/rope.cuh"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/env.h"
 
@@ -197,58 +198,36 @@ __global__ void argmax_finish_kernel(const unsigned long long* keys, int32_t* ou
     if (r < n_rows) out[r] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(keys[r] & 0xFFFFFFFFu));
 }
 
-// Reads qkv row blockIdx.x ([q_dim | kv_dim | kv_dim] f32) and bias (the same width, or null: added
-// first, as a matmul with bias would). Writes q (rotated) and the row's cache slot: K (rotated)
-// and V. Rotation as rope_kernel (half-split pairs, angle in double): the row's head_dim / 2
-// (cos, sin) pairs are computed once per CTA into shared memory, then every head uses them. Grid (n_tokens, CTAs per row), 256 threads; head_dim <= 2 * kMaxRopePairs.
+// Reads qkv row blockIdx.x ([q_dim | kv_dim | kv_dim] f32, q and k rows in RoPE pairs, rope.cuh)
+// and bias (the same width and order, or null: added first, as a matmul with bias would). Writes
+// q (rotated) and the row's cache slot: K (rotated) and V. The row's head_dim / 2 (cos, sin) pairs
+// are computed once per CTA into shared memory, then every head uses them. Grid (n_tokens, CTAs
+// per row), 256 threads; head_dim <= 2 * kMaxRopePairs.
 constexpr int kMaxRopePairs = 128;
-__global__ void rope_kv_store_kernel(const float* qkv, const float* bias, float* q, const int32_t* positions,
-                                     const float* inv_freq,
-                                     const int64_t* slot_mapping, int32_t n_heads, int32_t n_kv_heads,
-                                     int32_t head_dim, void* kc, void* vc, DType cache_type, int32_t block_size) {
+__global__ void rope_kv_store_kernel(const float* qkv, const float* bias, QkvRopeOut out) {
     // The rotation depends only on the step's metadata (uploaded before the first kernel), so its
     // double-precision sincos runs while the QKV matmul before this kernel drains.
     pdl_trigger();
     __shared__ float2 rot[kMaxRopePairs];
-    const int32_t half = head_dim / 2;
-    const int32_t q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
-    const int64_t row = blockIdx.x;
-    const float* src = qkv + row * (q_dim + 2 * kv_dim);
-    const int64_t slot = slot_mapping[row];
-    const int64_t block = slot / block_size, offset = slot % block_size;
-    for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
-        double sn_d, cs_d;
-        sincos(static_cast<double>(positions[row]) * inv_freq[i], &sn_d, &cs_d);
-        rot[i] = make_float2(static_cast<float>(cs_d), static_cast<float>(sn_d));
-    }
+    const int32_t half = out.head_dim / 2;
+    const int32_t q_dim = out.n_heads * out.head_dim, kv_dim = out.n_kv_heads * out.head_dim;
+    const int row = static_cast<int>(blockIdx.x);
+    const float* src = qkv + static_cast<int64_t>(row) * (q_dim + 2 * kv_dim);
+    for (int32_t i = threadIdx.x; i < half; i += blockDim.x) rot[i] = rope_cos_sin(out.positions[row], out.inv_freq[i]);
     __syncthreads();
     pdl_wait();
     // One (head, pair) per thread step: q heads first, then k heads; the gridDim.y CTAs of a row
     // share its work (a decode step has few rows).
     const int32_t first = blockIdx.y * blockDim.x + threadIdx.x, stride = blockDim.x * gridDim.y;
-    for (int32_t idx = first; idx < (n_heads + n_kv_heads) * half; idx += stride) {
-        const int32_t h = idx / half, i = idx % half;
-        const float cs = rot[i].x, sn = rot[i].y;
-        const int64_t c = static_cast<int64_t>(h) * head_dim + i;
+    for (int32_t idx = first; idx < (out.n_heads + out.n_kv_heads) * half; idx += stride) {
+        const int64_t c = 2 * static_cast<int64_t>(idx);  // the pair's rows: head idx / half, pair idx % half
         const float x0 = bias ? src[c] + bias[c] : src[c];
-        const float x1 = bias ? src[c + half] + bias[c + half] : src[c + half];
-        const float r0 = x0 * cs - x1 * sn, r1 = x1 * cs + x0 * sn;
-        if (h < n_heads) {
-            float* dst = q + row * q_dim + static_cast<int64_t>(h) * head_dim;
-            dst[i] = r0;
-            dst[i + half] = r1;
-        } else {
-            const int32_t kh = h - n_heads;
-            const int64_t base = ((block * n_kv_heads + kh) * block_size + offset) * head_dim;
-            store_any(kc, cache_type, base + i, r0);
-            store_any(kc, cache_type, base + i + half, r1);
-        }
+        const float x1 = bias ? src[c + 1] + bias[c + 1] : src[c + 1];
+        out.store_rotated(c, row, rope_rotate(x0, x1, rot[idx % half]));
     }
     for (int32_t idx = first; idx < kv_dim; idx += stride) {
-        const int32_t kh = idx / head_dim, d = idx % head_dim;
-        const int64_t base = ((block * n_kv_heads + kh) * block_size + offset) * head_dim;
         const int64_t c = q_dim + kv_dim + idx;
-        store_any(vc, cache_type, base + d, bias ? src[c] + bias[c] : src[c]);
+        out.store_v(c, row, bias ? src[c] + bias[c] : src[c]);
     }
 }
 
@@ -415,6 +394,12 @@ void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream) {
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
+QkvRopeOut qkv_rope_out(const DeviceBatch& batch, const DeviceKvLayer& kv, int32_t n_heads, const float* inv_freq,
+                        const TensorView& q) {
+    return QkvRopeOut{static_cast<float*>(q.data), batch.positions, inv_freq, batch.slot_mapping, kv.k, kv.v,
+                      static_cast<DType>(kv.dtype), kv.block_size, n_heads, kv.n_kv_heads, kv.head_dim};
+}
+
 void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& qkv,
                           const TensorView& bias, int32_t n_heads, const float* inv_freq, const TensorView& q,
                           cudaStream_t stream) {
@@ -426,10 +411,8 @@ void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, con
     if (batch.n_tokens == 0) return;
     MVLLM_CHECK(kv.head_dim <= 2 * kMaxRopePairs) << "rope_kv_store head_dim " << kv.head_dim;
     const dim3 grid(static_cast<unsigned>(batch.n_tokens), batch.n_tokens < 512 ? 4u : 1u);
-    launch_pdl(rope_kv_store_kernel, grid, 256, 0, stream,
-               static_cast<const float*>(qkv.data), static_cast<const float*>(bias.data), static_cast<float*>(q.data), batch.positions, inv_freq,
-               batch.slot_mapping, n_heads, kv.n_kv_heads, kv.head_dim, kv.k, kv.v, static_cast<DType>(kv.dtype),
-               kv.block_size);
+    launch_pdl(rope_kv_store_kernel, grid, 256, 0, stream, static_cast<const float*>(qkv.data),
+               static_cast<const float*>(bias.data), qkv_rope_out(batch, kv, n_heads, inv_freq, q));
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
