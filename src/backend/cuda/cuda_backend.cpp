@@ -435,10 +435,7 @@ void CudaBackend::rope_kv_store(const TensorView& qkv, const TensorView& bias, i
 void CudaBackend::matmul_rope_kv_store(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
                                        const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads,
                                        const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) {
-    static const bool enabled = [] {
-        const char* e = std::getenv("MVLLM_QKV_ROPE");
-        return !(e && std::string(e) == "0");
-    }();
+    static const bool enabled = cuda::env_on("MVLLM_QKV_ROPE");
     Impl& im = *impl_;
     cuda::QxView storage;
     const cuda::QxView* qx =
