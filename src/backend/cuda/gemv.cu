@@ -424,7 +424,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) 
 // on every instantiation makes ptxas spend far more registers on the others.)
 template <bool kPair, bool kRope = false>
 __global__ void __launch_bounds__(kGemvWarps * 32, 7) gemv_q4_0_b1_kernel(GemvQxArgs a) {
-    gemv_qx<DType::Q4_0, 1, kPair>(a);
+    gemv_qx<DType::Q4_0, 1, kPair, kRope>(a);
 }
 
 // 16 bytes of a float weight row as f32 values (4 for F32, 8 for F16 / BF16).
