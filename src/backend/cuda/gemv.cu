@@ -311,6 +311,18 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
     constexpr int kUnroll = items_unrolled<T, NT, kPair>();
     constexpr int kFirst = T == DType::Q4_0 ? kUnroll : T == DType::Q8_0 ? 1 : 0;
     pdl_trigger();
+    // kRope: the rotation depends only on the step's metadata (uploaded before the first kernel),
+    // so the (cos, sin) of the pair that this lane will store is computed before the wait. Lane
+    // r * NT + t stores rows (r, r + 1) of token t (the epilogue's writer lane).
+    [[maybe_unused]] float2 rot = make_float2(1.0f, 0.0f);
+    if constexpr (kRope) {
+        static_assert(R * NT <= 32, "one writer lane per (row, token)");
+        const int r = lane / NT, t = lane % NT;
+        const int64_t o = row0 + r;
+        if (lane < R * NT && r % 2 == 0 && t < n_tokens && o < n_out &&
+            o < static_cast<int64_t>(rope.n_heads + rope.n_kv_heads) * rope.head_dim)
+            rot = rope_cos_sin(rope.positions[t], rope.inv_freq[rope.pair_dim(o)]);
+    }
     if constexpr (kFirst > 0) {
         if (!early) pdl_wait();  // MVLLM_EARLY_LOADS without bit 2, for A/B measurements
         I first[kFirst][NS][R];
@@ -371,7 +383,7 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                 float x0 = acc[0][r][t], x1 = acc[0][r + 1][t];
                 if (bias) x0 += bias[o], x1 += bias[o + 1];
                 if (o < qk_rows) {
-                    rope.store_pair(o, t, x0, x1);
+                    rope.store_rotated(o, t, rope_rotate(x0, x1, rot));
                 } else {
                     rope.store_v(o, t, x0);
                     rope.store_v(o + 1, t, x1);

@@ -59,10 +59,6 @@ struct QkvRopeOut {
             store_any(kc, cache_type, base + i + half, r.y);
         }
     }
-    // The same from the pair's values before the rotation.
-    __device__ __forceinline__ void store_pair(int64_t o, int t, float x0, float x1) const {
-        store_rotated(o, t, rope_rotate(x0, x1, rope_cos_sin(positions[t], inv_freq[pair_dim(o)])));
-    }
     // One v row o (in the v part) of token t.
     __device__ __forceinline__ void store_v(int64_t o, int t, float v) const {
         const int64_t rel = o - static_cast<int64_t>(n_heads + n_kv_heads) * head_dim;
