@@ -312,23 +312,27 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
     constexpr int kFirst = T == DType::Q4_0 ? kUnroll : T == DType::Q8_0 ? 1 : 0;
     pdl_trigger();
     // kRope: the rotation depends only on the step's metadata (uploaded before the first kernel),
-    // so the (cos, sin) of the pair that this lane will store is computed before the wait. Lane
-    // r * NT + t stores rows (r, r + 1) of token t (the epilogue's writer lane).
+    // so the (cos, sin) of the pair that this lane will store is computed before the wait, once the
+    // early weight loads are in flight. Lane r * NT + t stores rows (r, r + 1) of token t (the
+    // epilogue's writer lane).
     [[maybe_unused]] float2 rot = make_float2(1.0f, 0.0f);
-    if constexpr (kRope) {
-        static_assert(R * NT <= 32, "one writer lane per (row, token)");
-        const int r = lane / NT, t = lane % NT;
-        const int64_t o = row0 + r;
-        if (lane < R * NT && r % 2 == 0 && t < n_tokens && o < n_out &&
-            o < static_cast<int64_t>(rope.n_heads + rope.n_kv_heads) * rope.head_dim)
-            rot = rope_cos_sin(rope.positions[t], rope.inv_freq[rope.pair_dim(o)]);
-    }
+    auto rotation = [&] {
+        if constexpr (kRope) {
+            static_assert(R * NT <= 32, "one writer lane per (row, token)");
+            const int r = lane / NT, t = lane % NT;
+            const int64_t o = row0 + r;
+            if (lane < R * NT && r % 2 == 0 && t < n_tokens && o < n_out &&
+                o < static_cast<int64_t>(rope.n_heads + rope.n_kv_heads) * rope.head_dim)
+                rot = rope_cos_sin(rope.positions[t], rope.inv_freq[rope.pair_dim(o)]);
+        }
+    };
     if constexpr (kFirst > 0) {
         if (!early) pdl_wait();  // MVLLM_EARLY_LOADS without bit 2, for A/B measurements
         I first[kFirst][NS][R];
 #pragma unroll
         for (int u = 0; u < kFirst; ++u)
             if (it0 + u * stride < n_items) load_items(first[u], w, w2, rows, it0 + u * stride);
+        rotation();
         pdl_wait();
 #pragma unroll
         for (int u = 0; u < kFirst; ++u)
@@ -339,6 +343,7 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
             for (int s = 0; s < NS; ++s)
 #pragma unroll
                 for (int r = 0; r < R; ++r) I::prefetch(s ? w2 : w, rows[r], it0);
+        rotation();
         pdl_wait();
     }
 #pragma unroll kUnroll
@@ -433,9 +438,11 @@ template <DType T, int NT, bool kPair, bool kRope = false>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) { gemv_qx<T, NT, kPair, kRope>(a); }
 // Batch-1 Q4_0 (every matmul of a decode step but the LM head): 7 CTAs per SM (72 registers),
 // which its first items loaded before the wait would otherwise push to 6. (A minimum CTA count
-// on every instantiation makes ptxas spend far more registers on the others.)
+// on every instantiation makes ptxas spend far more registers on the others.) The QKV + RoPE form
+// takes 6 (80 registers): its double-precision sincos runs while the first items are held, and its
+// launches (7B: 576 CTAs, 0.5B: 72) are one wave at 6 CTAs per SM anyway.
 template <bool kPair, bool kRope = false>
-__global__ void __launch_bounds__(kGemvWarps * 32, 7) gemv_q4_0_b1_kernel(GemvQxArgs a) {
+__global__ void __launch_bounds__(kGemvWarps * 32, kRope ? 6 : 7) gemv_q4_0_b1_kernel(GemvQxArgs a) {
     gemv_qx<DType::Q4_0, 1, kPair, kRope>(a);
 }
 
