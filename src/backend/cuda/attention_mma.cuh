@@ -26,17 +26,10 @@ namespace mvllm::cuda::mma_decode {
 constexpr int kWarps = 8;     // warps per CTA by default (the kernel's W; 4 also built)
 constexpr int kTile = 16;    // context tokens per warp step
 constexpr int kStages = 3;   // tiles in flight per warp
-// Pipeline depth of the W-warp kernel. MVLLM_ATTN_W4_STAGES (a compile-time definition, for
-// measurements): the 4-warp kernel's depth, whose shared memory sets how many CTAs share an SM.
-#ifndef MVLLM_ATTN_W4_STAGES
-#define MVLLM_ATTN_W4_STAGES 3
-#endif
-template <int W>
-constexpr int kStagesOf = W == 4 ? MVLLM_ATTN_W4_STAGES : kStages;
 
 template <int HD, typename KT, int W = kWarps>
 constexpr size_t shared_bytes() {
-    const size_t pipeline = static_cast<size_t>(W) * kStagesOf<W> * 2 * kTile * HD * sizeof(KT);
+    const size_t pipeline = static_cast<size_t>(W) * kStages * 2 * kTile * HD * sizeof(KT);
     // The warps' partial o and (max, sum), then the CTA's merged o for the cluster merge.
     const size_t merge = (static_cast<size_t>(W) * kHeadTile * (HD + 2) + kHeadTile * HD) * sizeof(float);
     return pipeline > merge ? pipeline : merge;
@@ -236,12 +229,12 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t4 = lane & 3;  // mma fragment coordinates
-    KT* pipe = reinterpret_cast<KT*>(smem) + static_cast<size_t>(warp) * kStagesOf<W> * 2 * kTile * HD;
+    KT* pipe = reinterpret_cast<KT*>(smem) + static_cast<size_t>(warp) * kStages * 2 * kTile * HD;
     const int32_t n_my = t_end > t_begin + warp * kTile ? (t_end - t_begin - warp * kTile + W * kTile - 1) /
                                                               (W * kTile)
                                                         : 0;
     auto tile_start = [&](int32_t i) { return t_begin + (i * W + warp) * kTile; };
-    auto stage_k = [&](int32_t i) { return pipe + (i % kStagesOf<W>) * 2 * kTile * HD; };
+    auto stage_k = [&](int32_t i) { return pipe + (i % kStages) * 2 * kTile * HD; };
     // Everything above read only the step's metadata. The K/V of tokens cached before this step
     // is no kernel's output: the warp's first tiles that lie wholly before the step's first new
     // token start their copies while the previous kernel (which writes q and the new tokens' K/V)
@@ -250,13 +243,13 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     int32_t n_pre = 0;
     if (early) {
         const int32_t first_new = batch.seq_context_len[seq] - batch.seq_n_tokens[seq];
-        for (; n_pre < kStagesOf<W> - 1 && n_pre < n_my && tile_start(n_pre) + kTile <= first_new; ++n_pre) {
+        for (; n_pre < kStages - 1 && n_pre < n_my && tile_start(n_pre) + kTile <= first_new; ++n_pre) {
             load_tile<HD>(stage_k(n_pre), stage_k(n_pre) + kTile * HD, kc, vc, paged, tile_start(n_pre), t_end, lane);
             cp_async_commit();
         }
     } else {
 #pragma unroll
-        for (int s = 0; s < kStagesOf<W> - 1; ++s)
+        for (int s = 0; s < kStages - 1; ++s)
             prefetch_tile<HD>(kc, vc, paged, t_begin + (s * W + warp) * kTile, t_end, lane);
     }
     tl.mark(2);
@@ -264,7 +257,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     tl.mark(3);
     // The first tiles not loaded before the wait (those holding the step's new tokens) start
     // before Q is read, so that their round trip and Q's overlap.
-    for (int32_t s = n_pre; s < kStagesOf<W> - 1; ++s) {
+    for (int32_t s = n_pre; s < kStages - 1; ++s) {
         if (s < n_my)
             load_tile<HD>(stage_k(s), stage_k(s) + kTile * HD, kc, vc, paged, tile_start(s), t_end, lane);
         cp_async_commit();
@@ -296,10 +289,10 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
 
     for (int32_t i = 0; i < n_my; ++i) {
-        cp_async_wait<kStagesOf<W> - 2>();
+        cp_async_wait<kStages - 2>();
         __syncwarp();
         {
-            const int32_t next = i + kStagesOf<W> - 1;
+            const int32_t next = i + kStages - 1;
             if (next < n_my)
                 load_tile<HD>(stage_k(next), stage_k(next) + kTile * HD, kc, vc, paged, tile_start(next), t_end, lane);
             cp_async_commit();
