@@ -312,18 +312,22 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
     constexpr int kFirst = T == DType::Q4_0 ? kUnroll : T == DType::Q8_0 ? 1 : 0;
     pdl_trigger();
     // kRope: the rotation depends only on the step's metadata (uploaded before the first kernel),
-    // so the (cos, sin) of the pair that this lane will store is computed before the wait, once the
-    // early weight loads are in flight. Lane r * NT + t stores rows (r, r + 1) of token t (the
-    // epilogue's writer lane).
-    [[maybe_unused]] float2 rot = make_float2(1.0f, 0.0f);
+    // and the bias is a weight, so the writer lane's (cos, sin), bias pair and cache slot are read
+    // before the wait, once the early weight loads are in flight. Lane r * NT + t stores rows
+    // (r, r + 1) of token t (the epilogue's writer lane).
+    [[maybe_unused]] float2 rot = make_float2(1.0f, 0.0f), bias_pair = make_float2(0.0f, 0.0f);
+    [[maybe_unused]] int64_t slot = 0;
     auto rotation = [&] {
         if constexpr (kRope) {
             static_assert(R * NT <= 32, "one writer lane per (row, token)");
             const int r = lane / NT, t = lane % NT;
             const int64_t o = row0 + r;
-            if (lane < R * NT && r % 2 == 0 && t < n_tokens && o < n_out &&
-                o < static_cast<int64_t>(rope.n_heads + rope.n_kv_heads) * rope.head_dim)
-                rot = rope_cos_sin(rope.positions[t], rope.inv_freq[rope.pair_dim(o)]);
+            if (lane < R * NT && r % 2 == 0 && t < n_tokens && o < n_out) {
+                if (bias) bias_pair = make_float2(bias[o], bias[o + 1]);
+                if (o >= static_cast<int64_t>(rope.n_heads) * rope.head_dim) slot = rope.slot_mapping[t];
+                if (o < static_cast<int64_t>(rope.n_heads + rope.n_kv_heads) * rope.head_dim)
+                    rot = rope_cos_sin(rope.positions[t], rope.inv_freq[rope.pair_dim(o)]);
+            }
         }
     };
     if constexpr (kFirst > 0) {
@@ -386,12 +390,12 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                 const int64_t o = row0 + r;
                 if (lane != ((r * NT + t) & 31) || o >= n_out || t >= n_tokens) continue;
                 float x0 = acc[0][r][t], x1 = acc[0][r + 1][t];
-                if (bias) x0 += bias[o], x1 += bias[o + 1];
+                if (bias) x0 += bias_pair.x, x1 += bias_pair.y;
                 if (o < qk_rows) {
-                    rope.store_rotated(o, t, rope_rotate(x0, x1, rot));
+                    rope.store_rotated(o, t, slot, rope_rotate(x0, x1, rot));
                 } else {
-                    rope.store_v(o, t, x0);
-                    rope.store_v(o + 1, t, x1);
+                    rope.store_v(o, slot, x0);
+                    rope.store_v(o + 1, slot, x1);
                 }
             }
         }

@@ -214,6 +214,7 @@ __global__ void rope_kv_store_kernel(const float* qkv, const float* bias, QkvRop
     const int row = static_cast<int>(blockIdx.x);
     const float* src = qkv + static_cast<int64_t>(row) * (q_dim + 2 * kv_dim);
     for (int32_t i = threadIdx.x; i < half; i += blockDim.x) rot[i] = rope_cos_sin(out.positions[row], out.inv_freq[i]);
+    const int64_t slot = out.slot_mapping[row];
     __syncthreads();
     pdl_wait();
     // One (head, pair) per thread step: q heads first, then k heads; the gridDim.y CTAs of a row
@@ -223,11 +224,11 @@ __global__ void rope_kv_store_kernel(const float* qkv, const float* bias, QkvRop
         const int64_t c = 2 * static_cast<int64_t>(idx);  // the pair's rows: head idx / half, pair idx % half
         const float x0 = bias ? src[c] + bias[c] : src[c];
         const float x1 = bias ? src[c + 1] + bias[c + 1] : src[c + 1];
-        out.store_rotated(c, row, rope_rotate(x0, x1, rot[idx % half]));
+        out.store_rotated(c, row, slot, rope_rotate(x0, x1, rot[idx % half]));
     }
     for (int32_t idx = first; idx < kv_dim; idx += stride) {
         const int64_t c = q_dim + kv_dim + idx;
-        out.store_v(c, row, bias ? src[c] + bias[c] : src[c]);
+        out.store_v(c, slot, bias ? src[c] + bias[c] : src[c]);
     }
 }
 

@@ -43,8 +43,8 @@ struct QkvRopeOut {
         return static_cast<int32_t>(rel % head_dim) / 2;
     }
     // Paired rows (o, o + 1) of token t (o even, in the q or the k part), rotated: r = (dim i, dim
-    // i + half).
-    __device__ __forceinline__ void store_rotated(int64_t o, int t, float2 r) const {
+    // i + half). slot: slot_mapping[t] (read by the caller, which may read it early).
+    __device__ __forceinline__ void store_rotated(int64_t o, int t, int64_t slot, float2 r) const {
         const int32_t q_dim = n_heads * head_dim, half = head_dim / 2;
         const bool is_q = o < q_dim;
         const int64_t rel = is_q ? o : o - q_dim;
@@ -54,19 +54,19 @@ struct QkvRopeOut {
             dst[i] = r.x;
             dst[i + half] = r.y;
         } else {
-            const int64_t base = cache_row(t, h) * head_dim;
+            const int64_t base = cache_row(slot, h) * head_dim;
             store_any(kc, cache_type, base + i, r.x);
             store_any(kc, cache_type, base + i + half, r.y);
         }
     }
-    // One v row o (in the v part) of token t.
-    __device__ __forceinline__ void store_v(int64_t o, int t, float v) const {
+    // One v row o (in the v part) of the token in cache slot `slot`.
+    __device__ __forceinline__ void store_v(int64_t o, int64_t slot, float v) const {
         const int64_t rel = o - static_cast<int64_t>(n_heads + n_kv_heads) * head_dim;
-        store_any(vc, cache_type, cache_row(t, static_cast<int32_t>(rel / head_dim)) * head_dim + rel % head_dim, v);
+        store_any(vc, cache_type, cache_row(slot, static_cast<int32_t>(rel / head_dim)) * head_dim + rel % head_dim, v);
     }
-    // The cache row of token t's KV head kh.
-    __device__ __forceinline__ int64_t cache_row(int t, int32_t kh) const {
-        const int64_t slot = slot_mapping[t], block = slot / block_size, offset = slot % block_size;
+    // The cache row of KV head kh in cache slot `slot`.
+    __device__ __forceinline__ int64_t cache_row(int64_t slot, int32_t kh) const {
+        const int64_t block = slot / block_size, offset = slot % block_size;
         return (block * n_kv_heads + kh) * block_size + offset;
     }
 };
