@@ -20,9 +20,11 @@ namespace mvllm::test {
         if (!::mvllm::cuda_device_available()) GTEST_SKIP() << "no CUDA device"; \
     } while (0)
 
-inline std::unique_ptr<CudaBackend> make_cuda(CudaAttentionVariant variant = CudaAttentionVariant::Fused) {
+inline std::unique_ptr<CudaBackend> make_cuda(CudaAttentionVariant variant = CudaAttentionVariant::Fused,
+                                              bool qkv_rope_epilogue = false) {
     CudaBackendOptions o;
     o.attention = variant;
+    o.qkv_rope_epilogue = qkv_rope_epilogue;
     auto b = CudaBackend::create(o);
     EXPECT_TRUE(b.is_ok()) << b.status().message();
     return b.is_ok() ? std::move(b).value() : nullptr;

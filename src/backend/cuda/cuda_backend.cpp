@@ -156,6 +156,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
         MVLLM_CUDA_OK(cudaEventCreate(&impl->graph_timing.stop));
     }
     if (!cuda::env_on("MVLLM_CUDA_F16_WEIGHTS")) impl->options.f16_weight_copies = false;
+    if (const char* e = std::getenv("MVLLM_QKV_ROPE")) impl->options.qkv_rope_epilogue = std::strcmp(e, "1") == 0;
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
     cudaDeviceProp prop{};
     MVLLM_CUDA_OK(cudaGetDeviceProperties(&prop, options.device));
@@ -435,11 +436,10 @@ void CudaBackend::rope_kv_store(const TensorView& qkv, const TensorView& bias, i
 void CudaBackend::matmul_rope_kv_store(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
                                        const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads,
                                        const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) {
-    static const bool enabled = cuda::env_on("MVLLM_QKV_ROPE");
     Impl& im = *impl_;
     cuda::QxView storage;
     const cuda::QxView* qx =
-        enabled && cuda::qkv_rope_gemv_supported(wqkv.type, x.ne[1]) ? im.qx_for(wqkv, x, &storage) : nullptr;
+        im.options.qkv_rope_epilogue && cuda::qkv_rope_gemv_supported(wqkv.type, x.ne[1]) ? im.qx_for(wqkv, x, &storage) : nullptr;
     if (!qx) {
         Backend::matmul_rope_kv_store(wqkv, x, bias, qkv, n_heads, n_kv_heads, rope, q, cache, layer);
         return;

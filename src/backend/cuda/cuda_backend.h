@@ -28,6 +28,11 @@ struct CudaBackendOptions {
     // the copies take at most a quarter of the device's memory (later matrices fall back).
     // MVLLM_CUDA_F16_WEIGHTS=0 turns it off too (for A/B timings); never in batch-invariant mode.
     bool f16_weight_copies = true;
+    // RoPE, the QKV bias and the K/V write in the fused QKV GEMV's epilogue (1-4 rows, quantised
+    // weights) instead of a rope_kv_store kernel after it. Off by default: on the H200 it made the
+    // 7B decode step 1-2.4 % faster and the 0.5B step 2.4-3 % slower (bench/NOTES.md, fourteenth
+    // session). MVLLM_QKV_ROPE=1 turns it on.
+    bool qkv_rope_epilogue = false;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).
@@ -71,8 +76,8 @@ public:
     bool fuses_qkv() const override { return true; }
     void rope_kv_store(const TensorView& qkv, const TensorView& bias, int32_t n_heads, int32_t n_kv_heads,
                        const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) override;
-    // Up to 4 rows on quantised weights: one GEMV whose epilogue applies RoPE and stores q and
-    // the K/V (MVLLM_QKV_ROPE=0: the matmul and rope_kv_store kernels, for A/B measurements).
+    // With options.qkv_rope_epilogue, up to 4 rows on quantised weights: one GEMV whose epilogue
+    // applies RoPE and stores q and the K/V; otherwise the matmul and rope_kv_store kernels.
     void matmul_rope_kv_store(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
                               const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads, const RopeParams& rope,
                               const TensorView& q, KvCache& cache, int32_t layer) override;
