@@ -156,7 +156,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
         MVLLM_CUDA_OK(cudaEventCreate(&impl->graph_timing.stop));
     }
     if (!cuda::env_on("MVLLM_CUDA_F16_WEIGHTS")) impl->options.f16_weight_copies = false;
-    if (const char* e = std::getenv("MVLLM_QKV_ROPE")) impl->options.qkv_rope_epilogue = std::strcmp(e, "1") == 0;
+    impl->options.qkv_rope_epilogue = cuda::env_int("MVLLM_QKV_ROPE", options.qkv_rope_epilogue ? 1 : 0) == 1;
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
     cudaDeviceProp prop{};
     MVLLM_CUDA_OK(cudaGetDeviceProperties(&prop, options.device));

@@ -31,7 +31,7 @@ struct CudaBackendOptions {
     // RoPE, the QKV bias and the K/V write in the fused QKV GEMV's epilogue (1-4 rows, quantised
     // weights) instead of a rope_kv_store kernel after it. Off by default: on the H200 it made the
     // 7B decode step 1-2.4 % faster and the 0.5B step 2.4-3 % slower (bench/NOTES.md, fourteenth
-    // session). MVLLM_QKV_ROPE=1 turns it on.
+    // session). MVLLM_QKV_ROPE=1 turns it on, =0 off.
     bool qkv_rope_epilogue = false;
 };
 
