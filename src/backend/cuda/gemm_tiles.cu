@@ -12,33 +12,55 @@ namespace {
 
 constexpr int kChunkK = 128;                // values of K per pipeline stage
 constexpr int kChunkBlocks = kChunkK / 32;  // Q4_0 blocks per row and stage
-constexpr int kXStride = kChunkK + 8;       // halfs per staged token row: 272 B, so ldmatrix rows hit distinct banks
+constexpr int kXStride = kChunkK + 16;      // halfs per staged token row: 288 B, so the 8-byte token
+                                            // fragment reads of 4 rows (a half warp) hit distinct banks
 constexpr int kStages = 4;                  // pipeline depth: three chunks in flight while one is multiplied
 constexpr int kMTiles = 2;                  // m16 tiles (32 rows of W) per warp
+
+// The four F16 pairs of a permuted word u = [b0, b1, b2, b3] of Q4_0 nibbles: r[0][0] = the low
+// nibbles of b0 and b2, r[0][1] = those of b1 and b3, r[1][*] = the high nibbles. Each integer
+// is masked into the mantissa of 1024 (0x6400): a low nibble as 1024 + q, from which 1032 is
+// subtracted exactly; a high nibble in place as 1024 + 16 q, which one fused multiply-add by
+// 1/16 and -72 turns into q - 8, also exactly. One rounded multiply by d then gives d * (q - 8),
+// the value of the F16 weight copy.
+__device__ __forceinline__ void nibble_pairs(uint32_t u, uint16_t d_bits, uint32_t (&r)[2][2]) {
+    const __half2 d = __half2half2(__ushort_as_half(d_bits));
+    const __half2 offset = __float2half2_rn(1032.0f), sixteenth = __float2half2_rn(0.0625f),
+                  offset_hi = __float2half2_rn(-72.0f);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const uint32_t w = u >> (8 * j);
+        const uint32_t lo = (w & 0x000F000Fu) | 0x64006400u, hi = (w & 0x00F000F0u) | 0x64006400u;
+        const __half2 vl = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&lo), offset), d);
+        const __half2 vh = __hmul2(__hfma2(*reinterpret_cast<const __half2*>(&hi), sixteenth, offset_hi), d);
+        r[0][j] = *reinterpret_cast<const uint32_t*>(&vl);
+        r[1][j] = *reinterpret_cast<const uint32_t*>(&vh);
+    }
+}
 
 // The A-fragment registers of one row of one Q4_0 block, for the two k16 steps of the block.
 // body: the block's 16 bytes (byte j: value j in the low nibble, value j + 16 in the high one);
 // lane quad index q = lane % 4 needs values {2q, 2q+1, 2q+8, 2q+9} (step 0) and the same + 16
-// (step 1), i.e. bytes 2q, 2q+1, 2q+8, 2q+9. One byte permute puts them in the order
-// [2q, 2q+8, 2q+1, 2q+9], so that masking nibble 0 of bytes 0 and 2 (and shifting by 4, 8, 12)
-// yields the F16 pairs directly: each integer sits in the mantissa of 1024 (0x6400), the offset
-// 1032 = 1024 + 8 is subtracted exactly and one rounded multiply by d gives d * (q - 8), the
-// value of the F16 weight copy. r[s][0]: values {2q, 2q+1} of step s; r[s][1]: {2q+8, 2q+9}.
+// (step 1), i.e. bytes 2q, 2q+1, 2q+8, 2q+9: two selects and one byte permute put them in the
+// order [2q, 2q+8, 2q+1, 2q+9] for nibble_pairs. r[s][0]: values {2q, 2q+1} of step s; r[s][1]:
+// {2q+8, 2q+9}. The wgmma path uses it: there the tokens are read in K's own order.
 __device__ __forceinline__ void q4_0_fragment(const uint4& body, uint16_t d_bits, int quad, uint32_t (&r)[2][2]) {
     const uint32_t lo = (quad & 2) ? body.y : body.x;  // bytes 4 (q / 2) .. + 3
     const uint32_t hi = (quad & 2) ? body.w : body.z;  // the same + 8
     const uint32_t u = __byte_perm(lo, hi, (quad & 1) ? 0x7362 : 0x5140);
-    const __half2 d = __half2half2(__ushort_as_half(d_bits));
-    const __half2 offset = __float2half2_rn(1032.0f);
-    const int shifts[2][2] = {{0, 8}, {4, 12}};
-#pragma unroll
-    for (int s = 0; s < 2; ++s)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            const uint32_t bits = ((u >> shifts[s][j]) & 0x000F000Fu) | 0x64006400u;
-            const __half2 v = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&bits), offset), d);
-            r[s][j] = *reinterpret_cast<const uint32_t*>(&v);
-        }
+    nibble_pairs(u, d_bits, r);
+}
+
+// The same for the mma.sync path, with the block's 32 values of K taken in another order. A dot
+// product does not depend on the order of K, as long as the tokens follow the same order, so
+// logical k {2q, 2q+1 | 2q+8, 2q+9} of step 0 are the block's values {4q, 4q+1 | 4q+2, 4q+3}, and
+// step 1 the same + 16: the low and high nibbles of the block's bytes 4q .. 4q+3. A lane then
+// needs one 32-bit word of the body (no selects), one byte permute to [4q, 4q+2, 4q+1, 4q+3], and
+// the token fragment is one 8-byte read of 4 consecutive values (b_fragments). The masks, the
+// offset and the scaling are q4_0_fragment's, so the values are those of the F16 copy.
+__device__ __forceinline__ void q4_0_fragment_kperm(uint32_t word, uint16_t d_bits, uint32_t (&r)[2][2]) {
+    const uint32_t u = __byte_perm(word, 0, 0x3120);
+    nibble_pairs(u, d_bits, r);
 }
 
 // c += a * b for one m16n8k16 tile (F16 in, F32 accumulators). Not volatile, unlike mma_ptx.cuh's:
@@ -139,17 +161,29 @@ struct Stage {
     uint16_t d[Sh::kRows][kChunkBlocks];
 };
 
+// Where block b of a staged row lies: the 16-byte pieces of a row are XOR-swizzled by (row / 2) % 4,
+// so that the 32-bit reads of 8 consecutive rows (one per lane group of the A fragments) fall in
+// distinct banks (rows are 64 bytes, 16 banks).
+__device__ __forceinline__ int w_piece(int row, int b) { return (b ^ ((row >> 1) & 3)) * 16; }
+
 // The A fragments of block b of a stage for the MT m16 tiles of row warp rw: a[mt][ks] holds rows
 // g and g + 8 of m tile mt (rows (rw MT + mt) 16 + g of the CTA) for k 0-15 (ks 0) and 16-31 of
-// the block, in the mma.sync A order (also wgmma's per-warp A order).
-template <int MT, class St>
+// the block, in the mma.sync A order (also wgmma's per-warp A order). KPerm: the block's K order of
+// q4_0_fragment_kperm (the tokens must be read by token_fragments), else K's own order.
+template <int MT, bool KPerm, class St>
 __device__ __forceinline__ void a_fragments(const St& s, int rw, int b, int g, int quad, uint32_t (&a)[MT][2][4]) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
         const int r0 = (rw * MT + mt) * 16 + g;
         uint32_t lo[2][2], hi[2][2];  // rows g and g + 8 of the m tile
-        q4_0_fragment(*reinterpret_cast<const uint4*>(&s.w[r0][b * 16]), s.d[r0][b], quad, lo);
-        q4_0_fragment(*reinterpret_cast<const uint4*>(&s.w[r0 + 8][b * 16]), s.d[r0 + 8][b], quad, hi);
+        if constexpr (KPerm) {
+            q4_0_fragment_kperm(*reinterpret_cast<const uint32_t*>(&s.w[r0][w_piece(r0, b) + 4 * quad]), s.d[r0][b], lo);
+            q4_0_fragment_kperm(*reinterpret_cast<const uint32_t*>(&s.w[r0 + 8][w_piece(r0 + 8, b) + 4 * quad]),
+                                s.d[r0 + 8][b], hi);
+        } else {
+            q4_0_fragment(*reinterpret_cast<const uint4*>(&s.w[r0][w_piece(r0, b)]), s.d[r0][b], quad, lo);
+            q4_0_fragment(*reinterpret_cast<const uint4*>(&s.w[r0 + 8][w_piece(r0 + 8, b)]), s.d[r0 + 8][b], quad, hi);
+        }
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {
             a[mt][ks][0] = lo[ks][0];
@@ -158,6 +192,14 @@ __device__ __forceinline__ void a_fragments(const St& s, int rw, int b, int g, i
             a[mt][ks][3] = hi[ks][1];
         }
     }
+}
+
+// The token fragments of block b of a stage for n8 tile n, in the K order of q4_0_fragment_kperm:
+// f[ks] = {b0, b1} of step ks, i.e. tokens 8 n + g, values 16 ks + 4 quad .. + 3 of the block.
+template <class St>
+__device__ __forceinline__ void token_fragments(const St& s, int n, int b, int g, int quad, uint2 (&f)[2]) {
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) f[ks] = *reinterpret_cast<const uint2*>(&s.x[n * 8 + g][b * 32 + ks * 16 + 4 * quad]);
 }
 
 // 8 bytes global -> shared (the four scales of a row's chunk); bytes past src_bytes are zero.
@@ -236,7 +278,8 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
 #pragma unroll
         for (int j = 0; j < kWItems; ++j) {
             const bool valid = wsrc[j] && (whole || c * kChunkBlocks + my_b < n_blocks);
-            cp_async16(&s.w[(threadIdx.x + j * Sh::kThreads) / kChunkBlocks][my_b * 16],
+            const int row = (threadIdx.x + j * Sh::kThreads) / kChunkBlocks;
+            cp_async16(&s.w[row][w_piece(row, my_b)],
                        valid ? wsrc[j] + dc * (kChunkBlocks * 16) : w.body, valid);
         }
         if (threadIdx.x < Sh::kRows) {
@@ -298,7 +341,7 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
 #pragma unroll
             for (int b = 0; b < kChunkBlocks; ++b) {
                 uint32_t a[MT][2][4];
-                a_fragments<MT>(s, rw, b, g, quad, a);
+                a_fragments<MT, false>(s, rw, b, g, quad, a);
                 wgmma_fence();
 #pragma unroll
                 for (int ks = 0; ks < 2; ++ks) {
@@ -314,23 +357,22 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kMinCtas)
             for (int i = 0; i < kChunkBlocks / KW; ++i) {
                 const int b = i * KW + kw;
                 uint32_t a[MT][2][4];
-                a_fragments<MT>(s, rw, b, g, quad, a);
+                a_fragments<MT, true>(s, rw, b, g, quad, a);
                 // Token fragments in groups of kGroup n tiles; within a group the MMAs go step by step, so
                 // the two that share an accumulator are 2 kGroup MMAs apart (mma.sync's latency is ~4 issues).
                 constexpr int kGroup = NT < 4 ? NT : 4;
 #pragma unroll
                 for (int n0 = 0; n0 < NT; n0 += kGroup) {
-                    uint32_t bf[kGroup][4];  // k 0-7, 8-15, 16-23, 24-31 of the block for tokens (n0 + j) 8 .. + 7
+                    uint2 bf[kGroup][2];
 #pragma unroll
-                    for (int j = 0; j < kGroup; ++j)
-                        ldmatrix_x4(bf[j], &s.x[(n0 + j) * 8 + (lane & 7)][b * 32 + (lane >> 3) * 8]);
+                    for (int j = 0; j < kGroup; ++j) token_fragments(s, n0 + j, b, g, quad, bf[j]);
 #pragma unroll
                     for (int ks = 0; ks < 2; ++ks)
 #pragma unroll
                         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                             for (int j = 0; j < kGroup; ++j)
-                                mma_f16(acc[mt][n0 + j], a[mt][ks], bf[j][2 * ks], bf[j][2 * ks + 1]);
+                                mma_f16(acc[mt][n0 + j], a[mt][ks], bf[j][ks].x, bf[j][ks].y);
                 }
             }
         }

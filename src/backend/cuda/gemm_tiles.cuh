@@ -6,9 +6,11 @@
 // memory wall (bench/NOTES.md). This GEMM reads the 0.56 bytes of the Q4_0 blocks instead. A CTA
 // of 8 warps takes 64, 128 or 256 rows of W and 16, 32 or 64 tokens (the variant); cp.async stages
 // the weight blocks and the token tile in shared memory, four chunks of 128 values of K deep.
-// A warp turns each block row into mma.sync A fragments with one byte permute, four masks and
-// two half2 operations per eight values (d * (q - 8) rounded once: the values of the F16 copy),
-// and multiplies them by the token fragments (ldmatrix), F32 accumulation. When the tiles alone
+// Within each 32-value block the mma.sync path takes K in the order that makes a lane's values
+// the nibbles of one 32-bit word of the block (a dot product does not depend on K's order when the
+// tokens follow it): one load, one byte permute, four masks and two half2 operations per eight
+// values give the A fragments (d * (q - 8) rounded once: the values of the F16 copy), and one
+// 8-byte load per token fragment the B side; F32 accumulation. When the tiles alone
 // would leave SMs idle, K is split into slices; the last CTA of a tile to finish sums the slices'
 // partial tiles in slice order (results do not depend on timing) and runs the epilogue. An sm_90a
 // build adds a 256 x 64 shape whose warpgroups multiply with wgmma m64n64k16 (A from the same

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dequant.cuh"
@@ -120,14 +121,18 @@ bool cuda_weight_type_supported(DType type) {
 }
 
 // The tile GEMM's rule: {max rows, min weights}. The default, or MVLLM_GEMM_TILES_MAX_ROWS=N
-// (N rows, any size).
+// (N rows, any size) or =N:M (N rows, matrices of at least M x 2^20 weights).
 struct TilesRule {
     std::atomic<int64_t> max_tokens, min_weights;
 };
 TilesRule& tiles_rule() {
-    static const char* forced = std::getenv("MVLLM_GEMM_TILES_MAX_ROWS");
-    static TilesRule r{forced ? std::max<int64_t>(0, std::atoll(forced)) : kGemmTilesMaxTokens,
-                       forced ? 0 : kGemmTilesMinWeights};
+    static TilesRule r = [] {
+        const char* forced = std::getenv("MVLLM_GEMM_TILES_MAX_ROWS");
+        if (!forced) return TilesRule{kGemmTilesMaxTokens, kGemmTilesMinWeights};
+        const char* colon = std::strchr(forced, ':');
+        return TilesRule{std::max<int64_t>(0, std::atoll(forced)),
+                         colon ? std::max<int64_t>(0, std::atoll(colon + 1)) << 20 : 0};
+    }();
     return r;
 }
 
