@@ -341,6 +341,86 @@ TEST(CudaOps, QkvRopeGemvEqualsMatmulThenRopeKvStore) {
     }
 }
 
+// A one-row RMSNorm folded into the GEMV that reads it (CudaBackendOptions::fold_norm) gives the
+// same bits as the norm kernel followed by the GEMV: the GEMV's output, the normed row its first
+// CTA leaves, a second GEMV that reads the QX left with it, and the gate/up SwiGLU GEMV. A norm
+// whose output something else reads first (a download) is launched on its own.
+TEST(CudaOps, FoldedNormEqualsNormThenGemv) {
+    MVLLM_REQUIRE_GPU();
+    CudaBackendOptions o_on, o_off;
+    o_on.fold_norm = true;
+    o_off.fold_norm = false;
+    auto on_r = CudaBackend::create(o_on), off_r = CudaBackend::create(o_off);
+    ASSERT_TRUE(on_r.is_ok() && off_r.is_ok());
+    CudaBackend* bes[2] = {on_r->get(), off_r->get()};
+    uint64_t seed = 900;
+    for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+        for (int64_t width : {int64_t{896}, int64_t{3584}}) {
+            if (width % type_traits(type).block_size != 0) continue;
+            for (DType xn_type : {DType::F32, DType::F16}) {
+                const int64_t n_out = 1152, n_ff = 640;
+                const std::vector<float> x_v = random_floats(static_cast<size_t>(width), seed++, 3.0f);
+                std::vector<float> nw_v = random_floats(static_cast<size_t>(width), seed++, 0.3f);
+                for (float& v : nw_v) v += 1.0f;
+                const std::vector<float> bias_v = random_floats(static_cast<size_t>(n_out), seed++, 0.2f);
+                const std::vector<uint8_t> w_b = encode_rows(type, random_floats(width * n_out, seed++, 0.5f), width);
+                const std::vector<uint8_t> w2_b = encode_rows(type, random_floats(width * n_out, seed++, 0.5f), width);
+                const std::vector<uint8_t> g_b = encode_rows(type, random_floats(width * n_ff, seed++, 0.5f), width);
+                const std::vector<uint8_t> u_b = encode_rows(type, random_floats(width * n_ff, seed++, 0.5f), width);
+                std::vector<float> out1[2], out2[2], hidden[2];
+                std::vector<uint8_t> xn_bytes[2], xn_flushed[2];
+                int64_t folded[2] = {0, 0};
+                for (int i = 0; i < 2; ++i) {
+                    CudaBackend& be = *bes[i];
+                    auto w = be.upload_weight(host_view(type, width, n_out, const_cast<uint8_t*>(w_b.data())));
+                    auto w2 = be.upload_weight(host_view(type, width, n_out, const_cast<uint8_t*>(w2_b.data())));
+                    auto g = be.upload_weight(host_view(type, width, n_ff, const_cast<uint8_t*>(g_b.data())));
+                    auto u = be.upload_weight(host_view(type, width, n_ff, const_cast<uint8_t*>(u_b.data())));
+                    auto nw = be.upload_weight(host_view(DType::F32, width, 1, nw_v.data()));
+                    auto bias = be.upload_weight(host_view(DType::F32, n_out, 1, const_cast<float*>(bias_v.data())));
+                    ASSERT_TRUE(w.is_ok() && w2.is_ok() && g.is_ok() && u.is_ok() && nw.is_ok() && bias.is_ok());
+                    Batch batch;
+                    batch.block_size = 16;
+                    batch.add_sequence({0}, 3, {0}, true);
+                    be.begin(batch);
+                    TensorView x = be.alloc(DType::F32, width, 1), xn = be.alloc(xn_type, width, 1);
+                    TensorView o1 = be.alloc(DType::F32, n_out, 1), o2 = be.alloc(DType::F32, n_out, 1);
+                    TensorView h = be.alloc(DType::F32, n_ff, 1), scratch = be.alloc(DType::F32, 2 * n_ff, 1);
+                    be.upload(x_v.data(), x);
+                    const int64_t before = be.n_folded_norms();
+                    be.rms_norm(x, *nw, 1e-6f, xn);
+                    be.matmul(*w, xn, *bias, o1);
+                    be.matmul(*w2, xn, TensorView{}, o2);
+                    out1[i].resize(n_out);
+                    out2[i].resize(n_out);
+                    be.to_host(o1, out1[i].data());
+                    be.to_host(o2, out2[i].data());
+                    xn_bytes[i].resize(xn.n_bytes());
+                    be.download(xn, xn_bytes[i].data());
+                    be.rms_norm(x, *nw, 1e-6f, xn);
+                    be.matmul_swiglu(*g, *u, xn, h, scratch);
+                    hidden[i].resize(n_ff);
+                    be.to_host(h, hidden[i].data());
+                    be.rms_norm(x, *nw, 1e-6f, xn);
+                    xn_flushed[i].resize(xn.n_bytes());
+                    be.download(xn, xn_flushed[i].data());
+                    folded[i] = be.n_folded_norms() - before;
+                }
+                const std::string what = std::string(type_name(type)) + " width " + std::to_string(width) + " xn " +
+                                         type_name(xn_type);
+                EXPECT_EQ(folded[0], 2) << what;  // the matmul's and the SwiGLU GEMV's; not the downloaded one
+                EXPECT_EQ(folded[1], 0) << what;
+                EXPECT_EQ(out1[0], out1[1]) << what;
+                EXPECT_EQ(out2[0], out2[1]) << what;
+                EXPECT_EQ(hidden[0], hidden[1]) << what;
+                EXPECT_EQ(xn_bytes[0], xn_bytes[1]) << what;
+                EXPECT_EQ(xn_flushed[0], xn_bytes[1]) << what;
+                EXPECT_EQ(xn_flushed[1], xn_bytes[1]) << what;
+            }
+        }
+    }
+}
+
 TEST(CudaOps, RefusesQ5K) {
     MVLLM_REQUIRE_GPU();
     auto be = make_cuda();
