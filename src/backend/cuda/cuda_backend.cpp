@@ -354,9 +354,8 @@ void CudaBackend::rms_norm(const TensorView& x, const TensorView& weight, float 
     im.wrote(out);
     const int64_t width = x.ne[0], n_rows = x.ne[1];
     // One row of a quantised model: left for the GEMV that reads it (Impl::pending_norm).
-    if (im.options.fold_norm && n_rows == 1 && width % 32 == 0 && x.type == DType::F32 && weight.type == DType::F32 &&
-        x.data != out.data && reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
-        reinterpret_cast<uintptr_t>(weight.data) % 16 == 0 && cuda::qx_norm_shared_bytes(width) <= cuda::kQxNormMaxShared) {
+    if (im.options.fold_norm && n_rows == 1 && width % 32 == 0 && x.type == DType::F32 && x.data != out.data &&
+        cuda::qx_bytes(width, 1) <= cuda::kQxNormMaxShared) {
         im.pending_norm = {x, weight, out, eps, true};
         return;
     }

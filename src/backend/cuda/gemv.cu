@@ -334,17 +334,16 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
     // (r, r + 1) of token t (the epilogue's writer lane).
     [[maybe_unused]] float2 rot = make_float2(1.0f, 0.0f), bias_pair = make_float2(0.0f, 0.0f);
     [[maybe_unused]] int64_t slot = 0;
-    // kNorm: x is an RMSNorm to make (QxView::norm): its weight's lines go to L1 before the wait,
-    // the norm is made after it into shared memory, and xs is then that copy.
+    // kNorm: x is an RMSNorm to make (QxView::norm), after the wait, into shared memory; xs is then
+    // that copy.
     QxView xs = x;
     auto make_x = [&] {
         if constexpr (kNorm) {
             extern __shared__ __align__(16) uint8_t qx_shared[];
-            xs = norm_qx_shared<kGemvWarps * 32>(x, qx_shared);
+            xs = norm_qx_shared(x, n_tokens, qx_shared);
         }
     };
-    auto before_wait = [&] {
-        if constexpr (kNorm) norm_prefetch(x);
+    auto rotation = [&] {
         if constexpr (kRope) {
             static_assert(R * NT <= 32, "one writer lane per (row, token)");
             const int r = lane / NT, t = lane % NT;
@@ -363,7 +362,7 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
 #pragma unroll
         for (int u = 0; u < kFirst; ++u)
             if (it0 + u * stride < n_items) load_items(first[u], w, w2, rows, it0 + u * stride);
-        before_wait();
+        rotation();
         pdl_wait();
         make_x();
 #pragma unroll
@@ -375,7 +374,7 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
             for (int s = 0; s < NS; ++s)
 #pragma unroll
                 for (int r = 0; r < R; ++r) I::prefetch(s ? w2 : w, rows[r], it0);
-        before_wait();
+        rotation();
         pdl_wait();
         make_x();
     }
@@ -620,7 +619,7 @@ void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, 
     if (rope) args.rope = *rope;
     if constexpr (NT == 1) {
         if (x.norm.x) {  // the RMSNorm folded into this GEMV (QxView::norm)
-            const size_t smem = qx_norm_shared_bytes(x.n_in);
+            const size_t smem = qx_bytes(x.n_in, x.n_rows);
             MVLLM_CHECK(x.n_rows == 1 && smem <= kQxNormMaxShared) << "gemv: folded norm of " << x.n_rows << " x " << x.n_in;
             if constexpr (T == DType::Q4_0)
                 launch_pdl(gemv_q4_0_b1_kernel<kPair, kRope, true>, grid, kGemvWarps * 32, smem, stream, args);

@@ -49,9 +49,8 @@ struct QxView {
     QxNorm norm;
 };
 
-// Shared memory of a GEMV that makes a folded norm (QxView::norm) of one row of n_in values: the
-// row's QX and the row itself; at most kQxNormMaxShared (the default dynamic limit: 7,561 values).
-size_t qx_norm_shared_bytes(int64_t n_in);
+// The largest QX a GEMV makes in its shared memory from a folded norm (QxView::norm): the
+// default dynamic shared-memory limit, 19,660 values of one row.
 constexpr size_t kQxNormMaxShared = 48 * 1024;
 
 // Bytes of a QX buffer for n_rows rows of n_in values, and the view of such a buffer.

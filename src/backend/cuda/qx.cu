@@ -51,8 +51,6 @@ size_t qx_bytes(int64_t n_in, int64_t n_rows) {
     return static_cast<size_t>(n_in * n_rows) * 2 + static_cast<size_t>(n_in / 32 * n_rows) * sizeof(int4);
 }
 
-size_t qx_norm_shared_bytes(int64_t n_in) { return qx_bytes(n_in, 1) + static_cast<size_t>(n_in) * sizeof(float); }
-
 QxView qx_view(void* buffer, int64_t n_in, int64_t n_rows) {
     QxView v;
     auto* p = static_cast<uint8_t*>(buffer);
