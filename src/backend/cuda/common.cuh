@@ -92,27 +92,6 @@ __device__ __forceinline__ float rms_scale(const XT* x, int64_t base, int64_t wi
     return rsqrtf(sum / static_cast<float>(width) + eps);
 }
 
-// rms_scale's result, the same bits, from a CTA of fewer threads (blockDim.x a multiple of 32 that
-// divides kRmsThreads): each thread plays kRmsThreads / blockDim.x of rms_scale's threads (thread
-// j * blockDim.x + threadIdx.x sums the same strided values), each warp reduces its played warps
-// as they would, and the 32 warp sums meet in the same order. scratch: 32 floats.
-template <typename XT>
-__device__ __forceinline__ float rms_scale_small_cta(const XT* x, int64_t base, int64_t width, float eps, float* scratch) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-    __syncthreads();  // scratch may still be read from a previous call
-    for (int j = 0; j < kRmsThreads / static_cast<int>(blockDim.x); ++j) {
-        float sum = 0.0f;
-        for (int64_t i = j * blockDim.x + threadIdx.x; i < width; i += kRmsThreads) {
-            const float v = load_f(x, base + i);
-            sum += v * v;
-        }
-        sum = warp_sum(sum);
-        if (lane == 0) scratch[j * n_warps + warp] = sum;
-    }
-    __syncthreads();
-    return rsqrtf(warp_sum(scratch[lane]) / static_cast<float>(width) + eps);
-}
-
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // ---- Programmatic dependent launch (PDL) ----------------------------------------------------------

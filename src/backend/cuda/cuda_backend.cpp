@@ -110,24 +110,11 @@ void CudaBackend::Impl::copy_to_device(void* dst, const void* src, size_t bytes)
     MVLLM_CUDA_OK(cudaStreamSynchronize(stream));
 }
 
-const cuda::QxView* CudaBackend::Impl::qx_for(const TensorView& w, const TensorView& x, const TensorView& out,
-                                              cuda::QxView* storage) {
+const cuda::QxView* CudaBackend::Impl::qx_for(const TensorView& w, const TensorView& x, cuda::QxView* storage) {
     const int64_t n_in = x.ne[0], n_rows = x.ne[1];
-    const bool gemv = cuda::gemv_uses_qx(w.type) && n_rows > 0 &&
-                      cuda::choose_matmul_path(w.type, n_rows, options.batch_invariant) == cuda::MatmulPath::Gemv;
-    const PendingNorm& p = pending_norm;
-    if (gemv && p.set && x.data == p.out.data && out.data != p.x.data) {  // the GEMV makes the norm
-        *storage = cuda::ensure_qx(matmul_scratch, n_in, n_rows);
-        storage->norm = {static_cast<const float*>(p.x.data), p.weight.data, p.weight.type, p.eps, p.out.data, p.out.type};
-        pending_norm.set = false;
-        ++n_folded_norms;
-        qx_source = x.data;
-        qx_n_in = n_in;
-        qx_rows = n_rows;
-        return storage;
-    }
-    flush_norm();
-    if (!gemv) return nullptr;
+    if (!cuda::gemv_uses_qx(w.type) ||
+        cuda::choose_matmul_path(w.type, n_rows, options.batch_invariant) != cuda::MatmulPath::Gemv || n_rows == 0)
+        return nullptr;
     if (qx_source == x.data && qx_n_in == n_in && qx_rows == n_rows) {
         *storage = cuda::qx_view(matmul_scratch.qx, n_in, n_rows);
         return storage;
@@ -170,7 +157,6 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     }
     if (!cuda::env_on("MVLLM_CUDA_F16_WEIGHTS")) impl->options.f16_weight_copies = false;
     impl->options.qkv_rope_epilogue = cuda::env_int("MVLLM_QKV_ROPE", options.qkv_rope_epilogue ? 1 : 0) == 1;
-    impl->options.fold_norm = cuda::env_int("MVLLM_NORM_FOLD", options.fold_norm ? 1 : 0) == 1;
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
     cudaDeviceProp prop{};
     MVLLM_CUDA_OK(cudaGetDeviceProperties(&prop, options.device));
@@ -340,29 +326,18 @@ void CudaBackend::embed(const TensorView& table, const TensorView& out) {
     cuda::launch_embed(table, impl_->batch.token_ids, out, impl_->stream);
 }
 
-void CudaBackend::Impl::launch_norm_qx(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) {
-    const int64_t width = x.ne[0], n_rows = x.ne[1];
-    const cuda::QxView qx = cuda::ensure_qx(matmul_scratch, width, n_rows);
-    cuda::launch_rms_norm_qx(x, weight, eps, out, qx, stream);
-    qx_source = out.data;
-    qx_n_in = width;
-    qx_rows = n_rows;
-}
-
 void CudaBackend::rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) {
     Impl& im = *impl_;
     im.wrote(out);
     const int64_t width = x.ne[0], n_rows = x.ne[1];
-    // One row of a quantised model: left for the GEMV that reads it (Impl::pending_norm).
-    if (im.options.fold_norm && n_rows == 1 && width % 32 == 0 && x.type == DType::F32 && x.data != out.data &&
-        cuda::qx_bytes(width, 1) <= cuda::kQxNormMaxShared) {
-        im.pending_norm = {x, weight, out, eps, true};
-        return;
-    }
     // Small batches: the norm also writes the QX its consumer GEMVs read (one kernel, not two).
     if (n_rows > 0 && n_rows <= cuda::kGemvMaxTokens && width % 32 == 0 &&
         (x.type == DType::F32 || x.type == DType::F16)) {
-        im.launch_norm_qx(x, weight, eps, out);
+        const cuda::QxView qx = cuda::ensure_qx(im.matmul_scratch, width, n_rows);
+        cuda::launch_rms_norm_qx(x, weight, eps, out, qx, im.stream);
+        im.qx_source = out.data;
+        im.qx_n_in = width;
+        im.qx_rows = n_rows;
         return;
     }
     cuda::launch_rms_norm(x, weight, eps, out, im.stream);
@@ -370,18 +345,18 @@ void CudaBackend::rms_norm(const TensorView& x, const TensorView& weight, float 
 
 void CudaBackend::matmul(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out) {
     Impl& im = *impl_;
-    cuda::QxView storage;
-    const cuda::QxView* qx = im.qx_for(w, x, out, &storage);
     im.wrote(out);
+    cuda::QxView storage;
+    const cuda::QxView* qx = im.qx_for(w, x, &storage);
     cuda::launch_matmul(w, im.f16_copy(w), x, bias, out, cuda::GemvEpilogue::Store, qx, im.matmul_scratch, im.cublas,
                         im.stream, im.n_sms, im.options.batch_invariant);
 }
 
 void CudaBackend::matmul_add(const TensorView& w, const TensorView& x, const TensorView& acc, const TensorView&) {
     Impl& im = *impl_;
-    cuda::QxView storage;
-    const cuda::QxView* qx = im.qx_for(w, x, acc, &storage);
     im.wrote(acc);
+    cuda::QxView storage;
+    const cuda::QxView* qx = im.qx_for(w, x, &storage);
     cuda::launch_matmul(w, im.f16_copy(w), x, TensorView{}, acc, cuda::GemvEpilogue::Accumulate, qx, im.matmul_scratch,
                         im.cublas, im.stream, im.n_sms, im.options.batch_invariant);
 }
@@ -392,7 +367,7 @@ void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up
     cuda::QxView storage;
     const bool same = w_gate.type == w_up.type && w_gate.ne == w_up.ne;
     const bool stackable = same && w_gate.ne[1] % 4 == 0;  // the SwiGLU kernel's 16-byte loads
-    if (const cuda::QxView* qx = same ? im.qx_for(w_gate, x, out, &storage) : nullptr) {
+    if (const cuda::QxView* qx = same ? im.qx_for(w_gate, x, &storage) : nullptr) {
         im.wrote(out);
         cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream);
         return;
@@ -445,7 +420,6 @@ cuda::DeviceKvLayer device_layer(KvCache& cache, int32_t layer) {
 }  // namespace
 
 void CudaBackend::kv_store(KvCache& cache, int32_t layer, const TensorView& k, const TensorView& v) {
-    impl_->flush_norm();
     cuda::launch_kv_store(impl_->batch, device_layer(cache, layer), k, v, impl_->stream);
 }
 
@@ -465,7 +439,7 @@ void CudaBackend::matmul_rope_kv_store(const TensorView& wqkv, const TensorView&
     Impl& im = *impl_;
     cuda::QxView storage;
     const cuda::QxView* qx =
-        im.options.qkv_rope_epilogue && cuda::qkv_rope_gemv_supported(wqkv.type, x.ne[1]) ? im.qx_for(wqkv, x, q, &storage) : nullptr;
+        im.options.qkv_rope_epilogue && cuda::qkv_rope_gemv_supported(wqkv.type, x.ne[1]) ? im.qx_for(wqkv, x, &storage) : nullptr;
     if (!qx) {
         Backend::matmul_rope_kv_store(wqkv, x, bias, qkv, n_heads, n_kv_heads, rope, q, cache, layer);
         return;
@@ -524,7 +498,6 @@ void CudaBackend::to_host(const TensorView& x, float* dst) {
 }
 
 void CudaBackend::download(const TensorView& x, void* dst) {
-    impl_->flush_norm();
     MVLLM_CUDA_OK(cudaMemcpyAsync(dst, x.data, x.n_bytes(), cudaMemcpyDeviceToHost, impl_->stream));
     MVLLM_CUDA_OK(cudaStreamSynchronize(impl_->stream));
 }
@@ -535,7 +508,6 @@ void CudaBackend::upload(const void* src, const TensorView& x) {
 }
 
 void CudaBackend::download_kv_layer(KvCache& cache, int32_t layer, void* k_dst, void* v_dst) {
-    impl_->flush_norm();
     const KvLayerView v = cache.layer(layer);
     const size_t half = v.offset(cache.config().n_blocks, 0, 0);
     MVLLM_CUDA_OK(cudaMemcpyAsync(k_dst, v.k, half, cudaMemcpyDeviceToHost, impl_->stream));
@@ -545,7 +517,6 @@ void CudaBackend::download_kv_layer(KvCache& cache, int32_t layer, void* k_dst, 
 
 void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob) {
     Impl& im = *impl_;
-    im.flush_norm();
     const size_t rows = static_cast<size_t>(x.ne[1]);
     if (rows == 0) return;
     if (im.argmax_capacity < rows) {
@@ -575,11 +546,6 @@ void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob)
     }
 }
 
-int64_t CudaBackend::n_folded_norms() const { return impl_->n_folded_norms; }
-
-void CudaBackend::synchronize() {
-    impl_->flush_norm();
-    MVLLM_CUDA_OK(cudaStreamSynchronize(impl_->stream));
-}
+void CudaBackend::synchronize() { MVLLM_CUDA_OK(cudaStreamSynchronize(impl_->stream)); }
 
 }  // namespace mvllm

@@ -33,11 +33,6 @@ struct CudaBackendOptions {
     // 7B decode step 1-2.4 % faster and the 0.5B step 2.4-3 % slower (bench/NOTES.md, fourteenth
     // session). MVLLM_QKV_ROPE=1 turns it on, =0 off.
     bool qkv_rope_epilogue = false;
-    // A one-row RMSNorm (a batch-1 decode step) is not launched on its own: the quantised GEMV that
-    // reads its output computes it in its prologue (gemv.cuh, QxView::norm), which saves a kernel
-    // boundary per norm. Any other reader of the output gets it launched first, so results are
-    // the same bits either way. MVLLM_NORM_FOLD=0 turns it off (for A/B timings).
-    bool fold_norm = true;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).
@@ -99,8 +94,6 @@ public:
     void set_warming_up(bool on) override;
     // Recorded graphs so far (tests, benchmarks).
     int32_t n_graphs() const;
-    // RMSNorms made by the GEMV that read them (options.fold_norm) so far (tests).
-    int64_t n_folded_norms() const;
 
     // Greedy sampling on the device: the argmax of each row of an F32 device tensor
     // (e.g. the logits), copied to dst[x.ne[1]].

@@ -142,31 +142,13 @@ struct CudaBackend::Impl {
     ~Impl();
     void ensure_meta(size_t bytes);
     void set_inv_freq(const RopeParams& rope);
-    // A one-row RMSNorm not launched yet (options.fold_norm): the next quantised GEMV that reads
-    // `out` makes it in its prologue; every other op launches it first (flush_norm), as does a
-    // GEMV whose output is the norm's input.
-    struct PendingNorm {
-        TensorView x, weight, out;
-        float eps = 0.0f;
-        bool set = false;
-    } pending_norm;
-    int64_t n_folded_norms = 0;
-    // rms_norm's small-batch kernel: out and the QX its consumer GEMVs read, in one launch.
-    void launch_norm_qx(const TensorView& x, const TensorView& weight, float eps, const TensorView& out);
-    void flush_norm() {
-        if (!pending_norm.set) return;
-        pending_norm.set = false;
-        launch_norm_qx(pending_norm.x, pending_norm.weight, pending_norm.eps, pending_norm.out);
-    }
-    // Forgets a QX copy of the tensor an op is about to write (after any pending norm ran).
+    // Forgets a QX copy of the tensor an op is about to write.
     void wrote(const TensorView& t) {
-        flush_norm();
         if (t.data == qx_source) qx_source = nullptr;
     }
-    // The QX of x for a GEMV writing `out` (computed unless the last producer of x left it, or
-    // left for the GEMV to make when x is a pending norm's output), or nullptr when w does not take
-    // the integer GEMV for this many rows.
-    const cuda::QxView* qx_for(const TensorView& w, const TensorView& x, const TensorView& out, cuda::QxView* storage);
+    // The QX of x for a GEMV (computed unless the last producer of x left it), or nullptr when w
+    // does not take the integer GEMV for this many rows.
+    const cuda::QxView* qx_for(const TensorView& w, const TensorView& x, cuda::QxView* storage);
     StepResources resources() const {
         return {arena_generation, attention_scratch.partial, attention_scratch.counters, matmul_scratch.qx,
                 matmul_scratch.input, matmul_scratch.weight, matmul_scratch.partial, inv_freq};

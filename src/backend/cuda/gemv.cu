@@ -33,18 +33,7 @@ __device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) {
 
 // Weights are read once: streamed past L1 with an evict-first hint for L2.
 __device__ __forceinline__ uint4 load_weight16(const uint8_t* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
-// Activation loads: the QX in global memory through the read-only path, or (kShared) the CTA's
-// own copy that a GEMV with a folded RMSNorm made in shared memory.
-template <bool kShared>
-__device__ __forceinline__ uint4 load_x16(const void* p) {
-    if constexpr (kShared) return *reinterpret_cast<const uint4*>(p);
-    else return __ldg(reinterpret_cast<const uint4*>(p));
-}
-template <bool kShared>
-__device__ __forceinline__ int4 load_meta(const int4* p) {
-    if constexpr (kShared) return *p;
-    else return __ldg(p);
-}
+__device__ __forceinline__ uint4 load_x16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // One 32-value QX block of one token: hi and lo bytes (2 x 16 B each) and the meta record.
@@ -52,15 +41,14 @@ struct XBlock {
     uint4 h0, h1, l0, l1;
     int4 meta;
 };
-template <bool S>
 __device__ __forceinline__ XBlock load_x_block(const QxView& x, int t, int64_t chunk) {
     const int64_t off = t * x.n_in + chunk * 32;
     XBlock b;
-    b.h0 = load_x16<S>(x.hi + off);
-    b.h1 = load_x16<S>(x.hi + off + 16);
-    b.l0 = load_x16<S>(x.lo + off);
-    b.l1 = load_x16<S>(x.lo + off + 16);
-    b.meta = load_meta<S>(x.meta + t * (x.n_in / 32) + chunk);
+    b.h0 = load_x16(x.hi + off);
+    b.h1 = load_x16(x.hi + off + 16);
+    b.l0 = load_x16(x.lo + off);
+    b.l1 = load_x16(x.lo + off + 16);
+    b.meta = __ldg(x.meta + t * (x.n_in / 32) + chunk);
     return b;
 }
 
@@ -91,8 +79,7 @@ struct Item<DType::Q4_0> {
         q = load_weight16(m.body + i * 16);
         d = load_half_bits(m.scales + 2 * i);
     }
-    template <bool S>
-    static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int) { return load_x_block<S>(x, t, it); }
+    static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int) { return load_x_block(x, t, it); }
     __device__ __forceinline__ float dot(const X& x, int) const {
         const uint32_t lo[4] = {q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu};
         const uint32_t hi[4] = {(q.x >> 4) & 0x0F0F0F0Fu, (q.y >> 4) & 0x0F0F0F0Fu, (q.z >> 4) & 0x0F0F0F0Fu,
@@ -115,8 +102,7 @@ struct Item<DType::Q8_0> {
         q1 = load_weight16(m.body + i * 32 + 16);
         d = load_half_bits(m.scales + 2 * i);
     }
-    template <bool S>
-    static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int) { return load_x_block<S>(x, t, it); }
+    static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int) { return load_x_block(x, t, it); }
     __device__ __forceinline__ float dot(const X& x, int) const {
         int a = 0, b = 0;
 #pragma unroll
@@ -150,9 +136,8 @@ struct Item<DType::Q4_K> {
         prefetch_l2(b);
         prefetch_l2(b + 16 + 32 * (it & 3));
     }
-    template <bool S>
     static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int p) {
-        return load_x_block<S>(x, t, (it >> 2) * 8 + 2 * (it & 3) + p);
+        return load_x_block(x, t, (it >> 2) * 8 + 2 * (it & 3) + p);
     }
     // Scale and min of sub-block j from the 12 packed bytes s[0..11] (head bytes 4..15).
     __device__ __forceinline__ void scale_min(int j, int* sc, int* mn) const {
@@ -217,15 +202,14 @@ struct Item<DType::Q6_K> {
         prefetch_l2(b + 128 + 32 * hh + 16 * ll);
         prefetch_l2(m.scales + 2 * i);
     }
-    template <bool S>
     static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int k) {
         const int hh = static_cast<int>((it & 3) >> 1), ll = static_cast<int>(it & 1);
         const int64_t chunk = (it >> 2) * 8 + 4 * hh + k;
         const int64_t off = t * x.n_in + chunk * 32 + 16 * ll;
         X v;
-        v.h = load_x16<S>(x.hi + off);
-        v.l = load_x16<S>(x.lo + off);
-        const int4 meta = load_meta<S>(x.meta + t * (x.n_in / 32) + chunk);
+        v.h = load_x16(x.hi + off);
+        v.l = load_x16(x.lo + off);
+        const int4 meta = __ldg(x.meta + t * (x.n_in / 32) + chunk);
         v.sum = ll ? meta.z : meta.y;
         v.d = __int_as_float(meta.x);
         return v;
@@ -271,9 +255,8 @@ __device__ __forceinline__ void load_items(Item<T> (&wv)[NS][R], const QuantMatr
         for (int r = 0; r < R; ++r) wv[s][r].load(s ? w2 : w, rows[r], it);
 }
 
-// acc[s][r][t] += the dot product of item `it` of each row with the same values of token t
-// (S: x is in shared memory).
-template <DType T, int NT, int NS, int R, bool S>
+// acc[s][r][t] += the dot product of item `it` of each row with the same values of token t.
+template <DType T, int NT, int NS, int R>
 __device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxView& x, int n_tokens, int64_t it,
                                           float (&acc)[NS][R][NT]) {
 #pragma unroll
@@ -281,7 +264,7 @@ __device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxVi
         if (t >= n_tokens) break;
 #pragma unroll
         for (int p = 0; p < Item<T>::kParts; ++p) {
-            const typename Item<T>::X xv = Item<T>::template load_x<S>(x, t, it, p);
+            const typename Item<T>::X xv = Item<T>::load_x(x, t, it, p);
 #pragma unroll
             for (int s = 0; s < NS; ++s)
 #pragma unroll
@@ -297,7 +280,7 @@ __device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxVi
 // 32 (k + ks) + l, ...; each weight byte is loaded once and dotted with every column. The parts
 // are summed in a fixed order (warp sums, then part 0 + 1 + ...), so a column's result depends
 // neither on the other columns nor on which CTA ran it.
-template <DType T, int NT, bool kPair, bool kRope, bool kNorm>
+template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix& w2, const QxView& x, const float* bias,
                                         void* out, DType out_type, int64_t n_out, int n_tokens, int accumulate, int ks,
                                         int early, const QkvRopeOut& rope) {
@@ -334,15 +317,6 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
     // (r, r + 1) of token t (the epilogue's writer lane).
     [[maybe_unused]] float2 rot = make_float2(1.0f, 0.0f), bias_pair = make_float2(0.0f, 0.0f);
     [[maybe_unused]] int64_t slot = 0;
-    // kNorm: x is an RMSNorm to make (QxView::norm), after the wait, into shared memory; xs is then
-    // that copy.
-    QxView xs = x;
-    auto make_x = [&] {
-        if constexpr (kNorm) {
-            extern __shared__ __align__(16) uint8_t qx_shared[];
-            xs = norm_qx_shared(x, n_tokens, qx_shared);
-        }
-    };
     auto rotation = [&] {
         if constexpr (kRope) {
             static_assert(R * NT <= 32, "one writer lane per (row, token)");
@@ -364,10 +338,9 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
             if (it0 + u * stride < n_items) load_items(first[u], w, w2, rows, it0 + u * stride);
         rotation();
         pdl_wait();
-        make_x();
 #pragma unroll
         for (int u = 0; u < kFirst; ++u)
-            if (it0 + u * stride < n_items) dot_items<T, NT, NS, R, kNorm>(first[u], xs, n_tokens, it0 + u * stride, acc);
+            if (it0 + u * stride < n_items) dot_items(first[u], x, n_tokens, it0 + u * stride, acc);
     } else {
         if (it0 < n_items)
 #pragma unroll
@@ -376,13 +349,12 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                 for (int r = 0; r < R; ++r) I::prefetch(s ? w2 : w, rows[r], it0);
         rotation();
         pdl_wait();
-        make_x();
     }
 #pragma unroll kUnroll
     for (int64_t it = it0 + kFirst * stride; it < n_items; it += stride) {
         I wv[NS][R];
         load_items(wv, w, w2, rows, it);
-        dot_items<T, NT, NS, R, kNorm>(wv, xs, n_tokens, it, acc);
+        dot_items(wv, x, n_tokens, it, acc);
     }
 #pragma unroll
     for (int s = 0; s < NS; ++s)
@@ -461,23 +433,21 @@ struct GemvQxArgs {
     int n_tokens, accumulate, ks, early;
     QkvRopeOut rope;  // kRope: where the fused QKV rows go
 };
-template <DType T, int NT, bool kPair, bool kRope, bool kNorm>
+template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const GemvQxArgs& a) {
-    gemv_qx<T, NT, kPair, kRope, kNorm>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate,
-                                        a.ks, a.early, a.rope);
+    gemv_qx<T, NT, kPair, kRope>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate, a.ks,
+                                 a.early, a.rope);
 }
-// kNorm (one row): the input is a QxView::norm to make; launched with qx_bytes(n_in, 1) bytes of
-// dynamic shared memory.
-template <DType T, int NT, bool kPair, bool kRope = false, bool kNorm = false>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) { gemv_qx<T, NT, kPair, kRope, kNorm>(a); }
+template <DType T, int NT, bool kPair, bool kRope = false>
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) { gemv_qx<T, NT, kPair, kRope>(a); }
 // Batch-1 Q4_0 (every matmul of a decode step but the LM head): 7 CTAs per SM (72 registers),
 // which its first items loaded before the wait would otherwise push to 6. (A minimum CTA count
 // on every instantiation makes ptxas spend far more registers on the others.) The QKV + RoPE form
 // takes 6 (80 registers): its double-precision sincos runs while the first items are held, and its
 // launches (7B: 576 CTAs, 0.5B: 72) are one wave at 6 CTAs per SM anyway.
-template <bool kPair, bool kRope = false, bool kNorm = false>
+template <bool kPair, bool kRope = false>
 __global__ void __launch_bounds__(kGemvWarps * 32, kRope ? 6 : 7) gemv_q4_0_b1_kernel(GemvQxArgs a) {
-    gemv_qx<DType::Q4_0, 1, kPair, kRope, kNorm>(a);
+    gemv_qx<DType::Q4_0, 1, kPair, kRope>(a);
 }
 
 // 16 bytes of a float weight row as f32 values (4 for F32, 8 for F16 / BF16).
@@ -617,18 +587,6 @@ void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, 
     GemvQxArgs args{m, m2, x, bias, out, out_type, n_out, static_cast<int>(x.n_rows), accumulate, ks,
                     early_loads() & kEarlyGemv ? 1 : 0, {}};
     if (rope) args.rope = *rope;
-    if constexpr (NT == 1) {
-        if (x.norm.x) {  // the RMSNorm folded into this GEMV (QxView::norm)
-            const size_t smem = qx_bytes(x.n_in, x.n_rows);
-            MVLLM_CHECK(x.n_rows == 1 && smem <= kQxNormMaxShared) << "gemv: folded norm of " << x.n_rows << " x " << x.n_in;
-            if constexpr (T == DType::Q4_0)
-                launch_pdl(gemv_q4_0_b1_kernel<kPair, kRope, true>, grid, kGemvWarps * 32, smem, stream, args);
-            else
-                launch_pdl(gemv_qx_kernel<T, NT, kPair, kRope, true>, grid, kGemvWarps * 32, smem, stream, args);
-            return;
-        }
-    }
-    MVLLM_CHECK(!x.norm.x) << "gemv: a folded norm takes one row";
     if constexpr (T == DType::Q4_0 && NT == 1)
         launch_pdl(gemv_q4_0_b1_kernel<kPair, kRope>, grid, kGemvWarps * 32, 0, stream, args);
     else

@@ -24,34 +24,13 @@ namespace mvllm::cuda {
 
 constexpr int kGemvMaxColumns = 8;
 
-// An RMSNorm whose result a GEMV makes itself (QxView::norm): xn = x / rms(x) * weight, rounded to
-// xn_type, exactly as launch_rms_norm_qx computes it.
-struct QxNorm {
-    const float* x = nullptr;  // [n_rows][n_in] F32; null: the view's blocks are already written
-    const void* weight = nullptr;
-    DType weight_type = DType::F32;
-    float eps = 0.0f;
-    void* xn = nullptr;  // [n_rows][n_in] the normed rows (written too)
-    DType xn_type = DType::F32;
-};
-
 struct QxView {
     int8_t* hi = nullptr;
     uint8_t* lo = nullptr;
     int4* meta = nullptr;
     int64_t n_in = 0;
     int64_t n_rows = 0;
-    // Set (one row only): the blocks are not written yet. The GEMV that reads the view makes them
-    // from the norm in its prologue, every CTA into its shared memory (no kernel boundary and no
-    // round trip through L2 between the norm and its consumer), and its first CTA also writes them
-    // here and the normed row to norm.xn, so that later readers find both as after
-    // launch_rms_norm_qx.
-    QxNorm norm;
 };
-
-// The largest QX a GEMV makes in its shared memory from a folded norm (QxView::norm): the
-// default dynamic shared-memory limit, 19,660 values of one row.
-constexpr size_t kQxNormMaxShared = 48 * 1024;
 
 // Bytes of a QX buffer for n_rows rows of n_in values, and the view of such a buffer.
 size_t qx_bytes(int64_t n_in, int64_t n_rows);

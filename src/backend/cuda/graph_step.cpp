@@ -215,7 +215,6 @@ bool CudaBackend::begin_step(const Batch& b, uint64_t program, KvCache& cache) {
 
 void CudaBackend::end_step() {
     Impl& im = *impl_;
-    im.flush_norm();
     if (im.mode == StepMode::Eager) return;
     StepGraph& g = im.graphs.at(im.step_key);
     if (im.mode == StepMode::Capture) {

@@ -60,37 +60,4 @@ __device__ __forceinline__ void write_qx_block4(const QxView& q, int64_t b, int 
     if (sub == 0) q.meta[b] = make_int4(__float_as_int(amax / 32767.0f), s, s1, 0);
 }
 
-// QxView::norm made by a CTA of a GEMV (one call per CTA, after its PDL wait): the RMSNorm of each
-// row, computed as rms_norm_qx_kernel does (the same bits), quantised into the CTA's shared memory
-// `smem` (qx_bytes(x.n_in, n_rows) bytes, meta first as in qx_view); the CTA of blockIdx.x 0 also
-// writes the blocks to x's own buffers and the normed rows to norm.xn. Returns the view of the
-// shared copy.
-__device__ __forceinline__ QxView norm_qx_shared(const QxView& x, int n_rows, uint8_t* smem) {
-    __shared__ float scratch[32];
-    const QxNorm& n = x.norm;
-    const int64_t width = x.n_in, n_blocks = width / 32;
-    QxView s;
-    s.meta = reinterpret_cast<int4*>(smem);
-    s.hi = reinterpret_cast<int8_t*>(smem + n_blocks * n_rows * sizeof(int4));
-    s.lo = reinterpret_cast<uint8_t*>(s.hi + width * n_rows);
-    s.n_in = width;
-    s.n_rows = x.n_rows;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-    for (int t = 0; t < n_rows; ++t) {
-        const int64_t base = t * width;
-        const float scale = rms_scale_small_cta(n.x, base, width, n.eps, scratch);
-        for (int64_t blk = warp; blk < n_blocks; blk += n_warps) {
-            const int64_t i = blk * 32 + lane;
-            const float v = round_to(n.xn_type, load_f(n.x, base + i) * scale * load_any(n.weight, n.weight_type, i));
-            write_qx_block(s, t * n_blocks + blk, lane, v);
-            if (blockIdx.x == 0) {
-                store_any(n.xn, n.xn_type, base + i, v);
-                write_qx_block(x, t * n_blocks + blk, lane, v);
-            }
-        }
-    }
-    __syncthreads();
-    return s;
-}
-
 }  // namespace mvllm::cuda
