@@ -21,7 +21,8 @@ namespace mvllm::test {
     } while (0)
 
 inline std::unique_ptr<CudaBackend> make_cuda(CudaAttentionVariant variant = CudaAttentionVariant::Fused,
-                                              bool qkv_rope_epilogue = false) {
+                                              CudaBackendOptions::QkvRopeEpilogue qkv_rope_epilogue =
+                                                  CudaBackendOptions::QkvRopeEpilogue::Auto) {
     CudaBackendOptions o;
     o.attention = variant;
     o.qkv_rope_epilogue = qkv_rope_epilogue;

@@ -139,7 +139,7 @@ TEST_P(CudaGolden, QuantisedMatchesDequantisedTwin) {
         // Decode path too: one-token steps run the GEMV kernels.
         const RunResult gpu_steps = run(**quant, *be, p.ids, DType::F32, DType::F32, 1, 0);
         // The same steps with RoPE and the K/V write in the QKV GEMV's epilogue: the same bits.
-        auto be_rope = make_cuda(CudaAttentionVariant::Fused, /*qkv_rope_epilogue=*/true);
+        auto be_rope = make_cuda(CudaAttentionVariant::Fused, CudaBackendOptions::QkvRopeEpilogue::On);
         ASSERT_TRUE(be_rope);
         EXPECT_EQ(run(**quant, *be_rope, p.ids, DType::F32, DType::F32, 1, 0).logits, gpu_steps.logits)
             << name << " " << file_type_name(ft) << ": QKV epilogue RoPE";

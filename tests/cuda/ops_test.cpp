@@ -277,7 +277,7 @@ TEST(CudaOps, FusedMatmulsMatchReference) {
 // far into the context (the rotation's angle in double).
 TEST(CudaOps, QkvRopeGemvEqualsMatmulThenRopeKvStore) {
     MVLLM_REQUIRE_GPU();
-    auto be = make_cuda(CudaAttentionVariant::Fused, /*qkv_rope_epilogue=*/true);
+    auto be = make_cuda(CudaAttentionVariant::Fused, CudaBackendOptions::QkvRopeEpilogue::On);
     ASSERT_TRUE(be);
     const int32_t n_heads = 14, n_kv = 2, hd = 64, block = 16;
     const int64_t n_in = 256, q_dim = n_heads * hd, kv_dim = n_kv * hd, n_out = q_dim + 2 * kv_dim;

@@ -156,7 +156,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
         MVLLM_CUDA_OK(cudaEventCreate(&impl->graph_timing.stop));
     }
     if (!cuda::env_on("MVLLM_CUDA_F16_WEIGHTS")) impl->options.f16_weight_copies = false;
-    impl->options.qkv_rope_epilogue = cuda::env_int("MVLLM_QKV_ROPE", options.qkv_rope_epilogue ? 1 : 0) == 1;
+    if (const int v = cuda::env_int("MVLLM_QKV_ROPE", -1); v == 0 || v == 1)
+        impl->options.qkv_rope_epilogue = v ? CudaBackendOptions::QkvRopeEpilogue::On : CudaBackendOptions::QkvRopeEpilogue::Off;
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
     cudaDeviceProp prop{};
     MVLLM_CUDA_OK(cudaGetDeviceProperties(&prop, options.device));
@@ -438,8 +439,12 @@ void CudaBackend::matmul_rope_kv_store(const TensorView& wqkv, const TensorView&
                                        const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) {
     Impl& im = *impl_;
     cuda::QxView storage;
-    const cuda::QxView* qx =
-        im.options.qkv_rope_epilogue && cuda::qkv_rope_gemv_supported(wqkv.type, x.ne[1]) ? im.qx_for(wqkv, x, &storage) : nullptr;
+    using Mode = CudaBackendOptions::QkvRopeEpilogue;
+    const Mode mode = im.options.qkv_rope_epilogue;
+    const bool fuse = cuda::qkv_rope_gemv_supported(wqkv.type, x.ne[1]) &&
+                      (mode == Mode::On ||
+                       (mode == Mode::Auto && cuda::qkv_rope_gemv_ctas(wqkv, x.ne[1]) >= im.n_sms));
+    const cuda::QxView* qx = fuse ? im.qx_for(wqkv, x, &storage) : nullptr;
     if (!qx) {
         Backend::matmul_rope_kv_store(wqkv, x, bias, qkv, n_heads, n_kv_heads, rope, q, cache, layer);
         return;

@@ -29,10 +29,13 @@ struct CudaBackendOptions {
     // MVLLM_CUDA_F16_WEIGHTS=0 turns it off too (for A/B timings); never in batch-invariant mode.
     bool f16_weight_copies = true;
     // RoPE, the QKV bias and the K/V write in the fused QKV GEMV's epilogue (1-4 rows, quantised
-    // weights) instead of a rope_kv_store kernel after it. Off by default: on the H200 it made the
-    // 7B decode step 1-2.4 % faster and the 0.5B step 2.4-3 % slower (bench/NOTES.md, fourteenth
-    // session). MVLLM_QKV_ROPE=1 turns it on, =0 off.
-    bool qkv_rope_epilogue = false;
+    // weights) instead of a rope_kv_store kernel after it. Auto: where that GEMV launches at least
+    // one CTA per SM. On the H200 it made the 7B decode step (576 CTAs) 1-2.4 % faster and the
+    // 0.5B step (72 CTAs) 0-3 % slower: in a launch shorter than one wave, the epilogue's latency
+    // is the kernel's critical path (bench/NOTES.md, fourteenth and fifteenth sessions).
+    // MVLLM_QKV_ROPE=1 forces it on, =0 off.
+    enum class QkvRopeEpilogue { Auto, On, Off };
+    QkvRopeEpilogue qkv_rope_epilogue = QkvRopeEpilogue::Auto;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).

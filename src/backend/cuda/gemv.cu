@@ -576,12 +576,22 @@ int gemv_k_split(int64_t n_items, int64_t n_row_groups, bool k_quant) {
 }
 
 // With `rope` (kRope): the fused QKV rows, RoPE'd and stored by the epilogue (no `out`).
+// The K split and grid of gemv_qx_kernel for n_out rows of n_in values.
+struct GemvGrid {
+    int ks;
+    unsigned grid;
+};
+template <DType T, int NT, bool kPair>
+GemvGrid gemv_qx_grid(int64_t n_in, int64_t n_out) {
+    constexpr int R = rows_per_warp<T, NT, kPair>();
+    const int ks = gemv_k_split(n_in / Item<T>::kValues, ceil_div(n_out, R), Item<T>::kParts > 1);
+    return {ks, static_cast<unsigned>(ceil_div(n_out, kGemvWarps / ks * R))};
+}
+
 template <DType T, int NT, bool kPair, bool kRope = false>
 void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
                     DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, const QkvRopeOut* rope = nullptr) {
-    constexpr int R = rows_per_warp<T, NT, kPair>();
-    const int ks = gemv_k_split(x.n_in / Item<T>::kValues, ceil_div(n_out, R), Item<T>::kParts > 1);
-    const unsigned grid = static_cast<unsigned>(ceil_div(n_out, kGemvWarps / ks * R));
+    const auto [ks, grid] = gemv_qx_grid<T, NT, kPair>(x.n_in, n_out);
     const QuantMatrix m = quant_matrix<T>(w.data, w.ne[0], w.ne[1]);
     const QuantMatrix m2 = w2 ? quant_matrix<T>(w2->data, w2->ne[0], w2->ne[1]) : m;
     GemvQxArgs args{m, m2, x, bias, out, out_type, n_out, static_cast<int>(x.n_rows), accumulate, ks,
@@ -711,6 +721,20 @@ void launch_gemv_float(const TensorView& w, const TensorView& x, const TensorVie
 
 bool qkv_rope_gemv_supported(DType weight_type, int64_t n_rows) {
     return gemv_uses_qx(weight_type) && n_rows >= 1 && n_rows <= kQkvRopeMaxRows;
+}
+
+int64_t qkv_rope_gemv_ctas(const TensorView& wqkv, int64_t n_rows) {
+    MVLLM_CHECK(qkv_rope_gemv_supported(wqkv.type, n_rows)) << "qkv_rope GEMV: " << type_name(wqkv.type);
+    const int64_t n_in = wqkv.ne[0], n_out = wqkv.ne[1];
+    auto grid = [&]<int NT>() -> int64_t {
+        switch (wqkv.type) {
+            case DType::Q4_0: return gemv_qx_grid<DType::Q4_0, NT, false>(n_in, n_out).grid;
+            case DType::Q8_0: return gemv_qx_grid<DType::Q8_0, NT, false>(n_in, n_out).grid;
+            case DType::Q4_K: return gemv_qx_grid<DType::Q4_K, NT, false>(n_in, n_out).grid;
+            default: return gemv_qx_grid<DType::Q6_K, NT, false>(n_in, n_out).grid;
+        }
+    };
+    return n_rows == 1 ? grid.template operator()<1>() : n_rows == 2 ? grid.template operator()<2>() : grid.template operator()<4>();
 }
 
 void launch_qkv_rope_gemv(const TensorView& wqkv, const QxView& qx, const TensorView& bias, const DeviceBatch& batch,

@@ -57,6 +57,8 @@ enum class GemvEpilogue {
 // store in its epilogue: the result of launch_gemv_qx followed by launch_rope_kv_store, the same
 // bits, in one kernel. Quantised weights, 1..4 rows (qkv_rope_gemv_supported).
 bool qkv_rope_gemv_supported(DType weight_type, int64_t n_rows);
+// The CTAs of that launch for wqkv and n_rows rows (its grid, as the launcher computes it).
+int64_t qkv_rope_gemv_ctas(const TensorView& wqkv, int64_t n_rows);
 void launch_qkv_rope_gemv(const TensorView& wqkv, const QxView& qx, const TensorView& bias, const DeviceBatch& batch,
                           const DeviceKvLayer& kv, int32_t n_heads, const float* inv_freq, const TensorView& q,
                           cudaStream_t stream);
