@@ -56,7 +56,7 @@ __device__ __forceinline__ void q4_0_fragment(const uint4& body, uint16_t d_bits
 // logical k {2q, 2q+1 | 2q+8, 2q+9} of step 0 are the block's values {4q, 4q+1 | 4q+2, 4q+3}, and
 // step 1 the same + 16: the low and high nibbles of the block's bytes 4q .. 4q+3. A lane then
 // needs one 32-bit word of the body (no selects), one byte permute to [4q, 4q+2, 4q+1, 4q+3], and
-// the token fragment is one 8-byte read of 4 consecutive values (b_fragments). The masks, the
+// the token fragment is one 8-byte read of 4 consecutive values (token_fragments). The masks, the
 // offset and the scaling are q4_0_fragment's, so the values are those of the F16 copy.
 __device__ __forceinline__ void q4_0_fragment_kperm(uint32_t word, uint16_t d_bits, uint32_t (&r)[2][2]) {
     const uint32_t u = __byte_perm(word, 0, 0x3120);

@@ -575,7 +575,6 @@ int gemv_k_split(int64_t n_items, int64_t n_row_groups, bool k_quant) {
     return ks;
 }
 
-// With `rope` (kRope): the fused QKV rows, RoPE'd and stored by the epilogue (no `out`).
 // The K split and grid of gemv_qx_kernel for n_out rows of n_in values.
 struct GemvGrid {
     int ks;
@@ -588,6 +587,7 @@ GemvGrid gemv_qx_grid(int64_t n_in, int64_t n_out) {
     return {ks, static_cast<unsigned>(ceil_div(n_out, kGemvWarps / ks * R))};
 }
 
+// With `rope` (kRope): the fused QKV rows, RoPE'd and stored by the epilogue (no `out`).
 template <DType T, int NT, bool kPair, bool kRope = false>
 void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
                     DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, const QkvRopeOut* rope = nullptr) {
