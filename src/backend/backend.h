@@ -142,7 +142,16 @@ public:
     // first steps of each batch size cost more than later ones: the engine can warm it up at
     // start-up. While `on`, the backend may also time its kernel choices (slow, once per shape).
     virtual bool warms_up() const { return false; }
-    virtual void set_warming_up(bool on) { (void)on; }
+    // While `on`, a recording backend also records decode steps as if their longest context were
+    // at least `context` tokens (0: their own), so that a warm-up of short throw-away requests can
+    // record the steps of longer contexts too.
+    virtual void set_warming_up(bool on, int32_t context = 0) { (void)on, (void)context; }
+    // The `context` values a warm-up should visit for contexts up to max_context, longest first:
+    // one per context bucket of the recorded steps; {0} when the recording does not depend on it.
+    virtual std::vector<int32_t> warmup_contexts(int32_t max_context) const {
+        (void)max_context;
+        return {0};
+    }
 
     // Greedy sampling: dst[r] = the first index of the maximum of row r of an F32 tensor and,
     // when logprob is not null, logprob[r] = that token's log-softmax, x[r][dst[r]] - log sum_i

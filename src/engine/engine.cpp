@@ -381,7 +381,10 @@ void Engine::Impl::note_step_time(int64_t n_decode, bool decode_only, double ste
 // The warm-up's batch sizes: 1, 2, 4, ... below the most sequences one decode step can hold,
 // then that number (a power-of-two bucket of the backend's tuned GEMMs each, and the exact size a
 // full batch has). Each size runs b one-token requests for 3 tokens: one prefill step, then two
-// decode steps (the first eager, the second recorded), on the shortest context bucket.
+// decode steps (the first eager, the second recorded), once for each context the backend records
+// separately (Backend::warmup_contexts: the CUDA backend's context buckets up to the model's
+// length), so that no live decode step records a graph. Longest contexts and largest sizes go
+// first: their scratch buffers are the largest, so no later step grows one under a recorded graph.
 Status Engine::Impl::warm_up() {
     const auto t0 = EngineClock::now();
     constexpr int kTokens = 4;  // a one-token prompt and 3 generated: the KV of 3 tokens
@@ -391,25 +394,31 @@ Status Engine::Impl::warm_up() {
     std::vector<int64_t> sizes;
     for (int64_t b = 1; b < most; b *= 2) sizes.push_back(b);
     if (most >= 1) sizes.push_back(most);
+    std::reverse(sizes.begin(), sizes.end());
+    const std::vector<int32_t> contexts =
+        decoder.backend().warmup_contexts(static_cast<int32_t>(std::min<int64_t>(max_model_len, INT32_MAX)));
     const int64_t n_vocab = decoder.config().n_vocab;
-    decoder.backend().set_warming_up(true);
     Status status = Status::ok();
-    for (const int64_t b : sizes) {
-        for (int64_t i = 0; i < b && status; ++i) {
-            Request r;
-            r.prompt_ids = {static_cast<int32_t>(i % n_vocab)};
-            r.sampling.temperature = 0;
-            r.sampling.ignore_eos = true;
-            r.sampling.max_tokens = kTokens - 1;
-            auto id = submit(std::move(r), [](const EngineEvent&) {});
-            if (!id) status = id.status();
-        }
-        while (status) {
-            {
-                std::lock_guard<std::mutex> lock(mu);
-                if (live.empty()) break;
+    for (const int32_t context : contexts) {
+        decoder.backend().set_warming_up(true, context);
+        for (const int64_t b : sizes) {
+            for (int64_t i = 0; i < b && status; ++i) {
+                Request r;
+                r.prompt_ids = {static_cast<int32_t>(i % n_vocab)};
+                r.sampling.temperature = 0;
+                r.sampling.ignore_eos = true;
+                r.sampling.max_tokens = kTokens - 1;
+                auto id = submit(std::move(r), [](const EngineEvent&) {});
+                if (!id) status = id.status();
             }
-            if (!step(&status)) break;
+            while (status) {
+                {
+                    std::lock_guard<std::mutex> lock(mu);
+                    if (live.empty()) break;
+                }
+                if (!step(&status)) break;
+            }
+            if (!status) break;
         }
         if (!status) break;
     }
@@ -421,9 +430,13 @@ Status Engine::Impl::warm_up() {
         counters.n_total_blocks = counters.n_free_blocks = blocks->n_total();
     }
     blocks->reset_stats();
+    const std::string buckets = contexts.size() > 1 ? ", " + std::to_string(contexts.size()) + " context buckets " +
+                                                          std::to_string(contexts.back()) + ".." +
+                                                          std::to_string(contexts.front())
+                                                    : "";
     warmup_report = sizes.empty() ? "warm-up: skipped (the KV pool or the context has no room for a throw-away request)"
-                                  : "warm-up: batch sizes 1.." + std::to_string(sizes.back()) + " (" +
-                                        std::to_string(sizes.size()) + " sizes) in " +
+                                  : "warm-up: batch sizes 1.." + std::to_string(sizes.front()) + " (" +
+                                        std::to_string(sizes.size()) + " sizes" + buckets + ") in " +
                                         std::to_string(static_cast<int>(1e3 * seconds(EngineClock::now() - t0))) + " ms";
     return Status::ok();
 }

@@ -1,6 +1,8 @@
 // The engine's start-up warm-up on the CUDA backend (gpu label): it records graphs before any
-// request arrives, leaves no trace in the counters, the KV pool or the prefix-cache telemetry,
-// and does not change what a request generates (greedy tokens equal to an engine without it).
+// request arrives (every batch size for every context bucket up to the model's length, so that
+// a request whose context crosses a bucket records nothing live), leaves no trace in the
+// counters, the KV pool or the prefix-cache telemetry, and does not change what a request
+// generates (greedy tokens equal to an engine without it).
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -14,7 +16,7 @@ struct EngineRun {
     std::vector<std::vector<int32_t>> tokens;  // per request
     EngineCounters before, after;               // right after create, after the requests
     std::string report;
-    int32_t graphs_at_start = 0;
+    int32_t graphs_at_start = 0, graphs_at_end = 0;
 };
 
 EngineRun run_engine(const Model& model, bool warmup) {
@@ -42,7 +44,8 @@ EngineRun run_engine(const Model& model, bool warmup) {
     r.tokens.resize(n_requests);
     for (int i = 0; i < n_requests; ++i) {
         Request q;
-        for (int k = 0; k < 20 + 13 * i; ++k) q.prompt_ids.push_back(static_cast<int32_t>((7 + 31 * k + 101 * i) % n_vocab));
+        const int n_prompt = i == n_requests - 1 ? 250 : 20 + 13 * i;  // the last one crosses 256 tokens
+        for (int k = 0; k < n_prompt; ++k) q.prompt_ids.push_back(static_cast<int32_t>((7 + 31 * k + 101 * i) % n_vocab));
         q.sampling.temperature = 0;
         q.sampling.ignore_eos = true;
         q.sampling.max_tokens = 24;
@@ -53,6 +56,7 @@ EngineRun run_engine(const Model& model, bool warmup) {
     }
     (*engine)->run_until_idle();
     r.after = (*engine)->counters();
+    r.graphs_at_end = be->n_graphs();
     return r;
 }
 
@@ -65,9 +69,13 @@ TEST(EngineWarmUp, RecordsGraphsAndLeavesNoTrace) {
     std::printf("%s\n", warm.report.c_str());
     EXPECT_EQ(cold.graphs_at_start, 0);
     EXPECT_EQ(cold.report.find("warm-up"), std::string::npos);
-    // Batch sizes 1, 2, 4, 8, 12: one graph each (context bucket 256).
-    EXPECT_EQ(warm.graphs_at_start, 5);
-    EXPECT_NE(warm.report.find("warm-up: batch sizes 1..12 (5 sizes)"), std::string::npos) << warm.report;
+    // Batch sizes 1, 2, 4, 8, 12 for each context bucket up to the fixture's 512 tokens: 10 graphs,
+    // and the requests (contexts up to 274) need no other.
+    EXPECT_EQ(warm.graphs_at_start, 10);
+    EXPECT_EQ(warm.graphs_at_end, 10);
+    EXPECT_GT(cold.graphs_at_end, 0);
+    EXPECT_NE(warm.report.find("warm-up: batch sizes 1..12 (5 sizes, 2 context buckets 256..512)"), std::string::npos)
+        << warm.report;
     EXPECT_EQ(warm.before.n_steps, 0);
     EXPECT_EQ(warm.before.n_finished, 0);
     EXPECT_EQ(warm.before.n_prefill_tokens, 0);

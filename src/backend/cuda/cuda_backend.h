@@ -93,8 +93,11 @@ public:
     void end_step() override;
     // Graphs are recorded and cuBLASLt algorithms chosen on first use: an engine warms them up.
     bool warms_up() const override;
-    // While on, the first eager call of a GEMM shape times cuBLASLt's candidates (gemm_tuned.cuh).
-    void set_warming_up(bool on) override;
+    // While on, the first eager call of a GEMM shape times cuBLASLt's candidates (gemm_tuned.cuh),
+    // and decode steps are keyed, planned and recorded for the bucket of at least `context`.
+    void set_warming_up(bool on, int32_t context = 0) override;
+    // The context buckets (256, 512, ... up to the one holding max_context), longest first.
+    std::vector<int32_t> warmup_contexts(int32_t max_context) const override;
     // Recorded graphs so far (tests, benchmarks).
     int32_t n_graphs() const;
 

@@ -119,8 +119,11 @@ struct CudaBackend::Impl {
     int64_t ablation_at = 0;  // MVLLM_CUDA_GRAPH_ABLATION: the replay of each graph that is ablated (0: none)
     StepMode mode = StepMode::Eager;
     StepKey step_key;
-    std::map<StepKey, StepGraph> graphs;  // at most kMaxGraphs, least recently used dropped
-    static constexpr size_t kMaxGraphs = 96;
+    // At most kMaxGraphs, least recently used dropped. A warm-up records one per batch size and
+    // context bucket: 8 buckets (256 .. 32768) x 10 sizes (1 .. 512) fit.
+    std::map<StepKey, StepGraph> graphs;
+    static constexpr size_t kMaxGraphs = 128;
+    int32_t warmup_context = 0;  // set_warming_up: the shortest context a warm-up step is recorded for
     uint64_t step_counter = 0;
     std::map<StepKey, int> seen;
     // MVLLM_CUDA_STEP_TIMING=1: the device time of every recorded step, from its graph's start to

@@ -155,7 +155,7 @@ bool CudaBackend::begin_step(const Batch& b, uint64_t program, KvCache& cache) {
     }
     int32_t max_ctx = 0;
     for (const BatchSequence& s : b.seqs) max_ctx = std::max(max_ctx, s.context_len);
-    const int32_t bucket = context_bucket(max_ctx);
+    const int32_t bucket = context_bucket(std::max(max_ctx, im.warmup_context));
     const StepKey key{program, cache.layer(0).k, b.block_size, static_cast<int32_t>(b.token_ids.size()), bucket};
     MetaCapacity cap = capacity_of(b);
     cap.n_block_ids = cap.n_seqs * static_cast<size_t>((bucket + b.block_size - 1) / b.block_size);
@@ -270,7 +270,17 @@ void CudaBackend::Impl::evict_graphs(size_t keep) {
 
 bool CudaBackend::warms_up() const { return impl_->graphs_enabled; }
 
-void CudaBackend::set_warming_up(bool on) { impl_->gemm_tuner->set_tuning(on); }
+void CudaBackend::set_warming_up(bool on, int32_t context) {
+    impl_->gemm_tuner->set_tuning(on);
+    impl_->warmup_context = on ? context : 0;
+}
+
+std::vector<int32_t> CudaBackend::warmup_contexts(int32_t max_context) const {
+    if (!impl_->graphs_enabled) return {0};
+    std::vector<int32_t> contexts;
+    for (int32_t c = context_bucket(max_context); c >= 256; c /= 2) contexts.push_back(c);
+    return contexts;
+}
 
 int32_t CudaBackend::n_graphs() const { return static_cast<int32_t>(impl_->graphs.size()); }
 
