@@ -83,7 +83,7 @@ void add_kv_pool_options(CLI::App* cmd, KvPoolArgs* a) {
                     "what the weights and activations leave of it");
     cmd->add_flag("--no-warmup", a->no_warmup,
                   "skip the start-up warm-up (CUDA: a few throw-away steps per batch size 1, 2, 4, ... max-seqs "
-                  "that load kernels, time GEMM algorithms and record the first graphs)");
+                  "and context bucket that load kernels, time GEMM algorithms and record the decode graphs)");
 }
 
 Status apply_kv_pool_options(const KvPoolArgs& a, EngineOptions* eo) {
