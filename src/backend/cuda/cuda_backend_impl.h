@@ -138,7 +138,8 @@ struct CudaBackend::Impl {
     // its end (gaps between the step's kernels included, the host's time between steps not), and
     // on the host the time from a step's argmax result to the next graph launch (the engine's own
     // work, while the device idles) and from a graph launch to its argmax result; reported on
-    // stderr at exit. Against the wall time of a step they say where a step's time goes.
+    // stderr at exit, over the steps after the engine's warm-up. Against the wall time of a step
+    // they say where a step's time goes.
     struct GraphTiming {
         bool enabled = false, pending = false;
         cudaEvent_t start = nullptr, stop = nullptr;

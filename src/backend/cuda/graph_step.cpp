@@ -272,8 +272,18 @@ void CudaBackend::Impl::evict_graphs(size_t keep) {
 bool CudaBackend::warms_up() const { return impl_->graphs_enabled; }
 
 void CudaBackend::set_warming_up(bool on, int32_t context) {
-    impl_->gemm_tuner->set_tuning(on);
-    impl_->warmup_context = on ? context : 0;
+    Impl& im = *impl_;
+    im.gemm_tuner->set_tuning(on);
+    im.warmup_context = on ? context : 0;
+    if (!on && im.graph_timing.enabled) {  // MVLLM_CUDA_STEP_TIMING reports the steps after the warm-up
+        im.collect_graph_time();
+        Impl::GraphTiming& t = im.graph_timing;
+        t.total_ms = 0;
+        t.n = 0;
+        t.host_between_s = t.launch_to_result_s = 0;
+        t.n_between = t.n_launch_to_result = 0;
+        t.synced = {};
+    }
 }
 
 std::vector<int32_t> CudaBackend::warmup_contexts(int32_t max_context) const {
