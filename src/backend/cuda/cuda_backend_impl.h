@@ -51,14 +51,6 @@ struct StepGraph {
 // graph_ablation.cpp: each kernel's cost inside a recorded step (a profiling aid).
 void ablate_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream, int32_t batch_size);
 
-// graph_nodes.cpp. The mangled name of a kernel node's function ("" for other nodes or when the
-// driver does not say), and its grid when `grid` is given.
-std::string kernel_node_name(cudaGraphNode_t node, unsigned (*grid)[3] = nullptr);
-// MVLLM_CUBLAS_PDL=1: the recorded edges from a kernel into one of cuBLAS's Hopper GEMMs become
-// programmatic (graph_nodes.cpp says why). Returns how many edges changed.
-bool library_gemm_edges_programmatic();
-int make_library_gemm_edges_programmatic(cudaGraph_t graph);
-
 // (program, cache storage, block size, batch size, context bucket).
 using StepKey = std::tuple<uint64_t, const void*, int32_t, int32_t, int32_t>;
 

@@ -4,6 +4,7 @@
 // difference, which includes the launch gap and the drain the kernel causes there, and reflects
 // programmatic dependent launch overlap, which a kernel-by-kernel profiler (ncu) cannot see.
 // Disabled kernels leave stale data behind, so the replays after it compute garbage.
+#include <cuda.h>  // driver types only: the functions come through cudaGetDriverEntryPointByVersion
 #include <cxxabi.h>
 
 #include <algorithm>
@@ -61,6 +62,15 @@ void ablate_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream, 
     MVLLM_CUDA_OK(cudaGraphGetNodes(graph, nodes.data(), &n));
     // Through the driver's node parameters, which also name the kernels that libraries (cuBLAS)
     // launch with the driver API; the key adds the grid, which tells the matmul shapes apart.
+    using GetParams = CUresult (*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS*);
+    using FuncName = CUresult (*)(const char**, CUfunction);
+    using KernelName = CUresult (*)(const char**, CUkernel);
+    void *get_params = nullptr, *func_name = nullptr, *kernel_name = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    cudaGetDriverEntryPointByVersion("cuGraphKernelNodeGetParams", &get_params, 12000, cudaEnableDefault, &q);
+    cudaGetDriverEntryPointByVersion("cuFuncGetName", &func_name, 12030, cudaEnableDefault, &q);
+    cudaGetDriverEntryPointByVersion("cuKernelGetName", &kernel_name, 12030, cudaEnableDefault, &q);
+    cudaGetLastError();
     std::map<std::string, std::vector<cudaGraphNode_t>> groups;
     size_t n_kernels = 0;
     for (cudaGraphNode_t node : nodes) {
@@ -68,14 +78,18 @@ void ablate_graph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream, 
         MVLLM_CUDA_OK(cudaGraphNodeGetType(node, &type));
         if (type != cudaGraphNodeTypeKernel) continue;
         ++n_kernels;
-        unsigned grid[3] = {0, 0, 0};
-        const std::string mangled = kernel_node_name(node, &grid);
-        std::string name = mangled.empty() ? "(kernel of unknown name)" : short_name(mangled.c_str());
-        if (!mangled.empty()) {
-            char g[64];
-            std::snprintf(g, sizeof(g), " [%ux%ux%u]", grid[0], grid[1], grid[2]);
-            name += g;
+        std::string name = "(kernel of unknown name)";
+        CUDA_KERNEL_NODE_PARAMS p{};
+        if (get_params && reinterpret_cast<GetParams>(get_params)(reinterpret_cast<CUgraphNode>(node), &p) == CUDA_SUCCESS) {
+            const char* mangled = nullptr;
+            if (p.func && func_name) reinterpret_cast<FuncName>(func_name)(&mangled, p.func);
+            else if (p.kern && kernel_name) reinterpret_cast<KernelName>(kernel_name)(&mangled, p.kern);
+            if (mangled) name = short_name(mangled);
+            char grid[64];
+            std::snprintf(grid, sizeof(grid), " [%ux%ux%u]", p.gridDimX, p.gridDimY, p.gridDimZ);
+            name += grid;
         }
+        cudaGetLastError();
         groups[name].push_back(node);
     }
     // A kernel that runs m times per layer with the same grid (at batch 1 the O and down GEMVs)

@@ -220,7 +220,6 @@ void CudaBackend::end_step() {
     if (im.mode == StepMode::Capture) {
         cudaGraph_t graph = nullptr;
         MVLLM_CUDA_OK(cudaStreamEndCapture(im.stream, &graph));
-        if (library_gemm_edges_programmatic()) make_library_gemm_edges_programmatic(graph);
         MVLLM_CUDA_OK(cudaGraphInstantiate(&g.exec, graph, 0));
         if (im.ablation_at > 0) g.graph = graph;
         else cudaGraphDestroy(graph);
