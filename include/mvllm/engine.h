@@ -133,6 +133,13 @@ struct EngineOptions {
     // kernels on first use (Backend::warms_up); Always: on any backend (tests).
     enum class Warmup { Off, Auto, Always };
     Warmup warmup = Warmup::Off;
+    // Decode steps padded to the next warm-up batch size with throw-away rows (as vLLM pads a
+    // batch to its next captured size), so that a step of any size replays a recorded graph
+    // instead of running eagerly and recording a new one. The rows are one token at position 0
+    // whose K/V go to a block of their own outside the pool; their outputs are dropped. Auto: when
+    // the warm-up runs on a backend that records steps; On: always (tests); Off: never.
+    enum class DecodePadding { Off, Auto, On };
+    DecodePadding decode_padding = DecodePadding::Auto;
 };
 
 // Text streaming. The engine asks the factory for one decoder per request; without a factory and
@@ -156,6 +163,7 @@ struct EngineCounters {
     double prefill_step_seconds = 0;  // steps that ran prompt (or recomputed) tokens
     double decode_step_seconds = 0;   // steps of decode tokens only
     int64_t n_decode_step_tokens = 0; // the decode tokens of those steps
+    int64_t n_padding_rows = 0;       // throw-away rows added by decode padding (EngineOptions)
     int64_t n_free_blocks = 0;
     int64_t n_total_blocks = 0;
     int64_t n_running = 0;

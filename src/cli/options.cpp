@@ -84,10 +84,14 @@ void add_kv_pool_options(CLI::App* cmd, KvPoolArgs* a) {
     cmd->add_flag("--no-warmup", a->no_warmup,
                   "skip the start-up warm-up (CUDA: a few throw-away steps per batch size 1, 2, 4, ... max-seqs "
                   "and context bucket that load kernels, time GEMM algorithms and record the decode graphs)");
+    cmd->add_flag("--no-decode-padding", a->no_decode_padding,
+                  "do not pad decode steps to the next warm-up batch size (with padding, a step of any size "
+                  "replays a recorded graph; the padding rows' outputs are dropped)");
 }
 
 Status apply_kv_pool_options(const KvPoolArgs& a, EngineOptions* eo) {
     eo->warmup = a.no_warmup ? EngineOptions::Warmup::Off : EngineOptions::Warmup::Auto;
+    eo->decode_padding = a.no_decode_padding ? EngineOptions::DecodePadding::Off : EngineOptions::DecodePadding::Auto;
     if (a.gpu_memory_utilization != 0) {
         if (!a.kv_cache_memory.empty())
             return make_error("give --kv-cache-memory or --gpu-memory-utilization, not both");

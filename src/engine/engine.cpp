@@ -67,6 +67,10 @@ struct Engine::Impl {
     std::vector<int32_t> argmax;  // [n_sampled]: the step's tokens when it took the greedy path
     std::vector<float> argmax_logprob;  // [n_sampled]: their log-softmax, when a request asked for it
     bool greedy_step = false;     // the backend picked the tokens (argmax on the device)
+    // Decode padding (EngineOptions::decode_padding): the KV block the padding rows write, one
+    // past the pool's blocks (-1: no padding), and the batch sizes a decode step is padded to.
+    int32_t pad_block = -1;
+    std::vector<int64_t> pad_sizes;
 
     // Intake, shared with submitting threads.
     std::mutex mu;
@@ -105,6 +109,7 @@ struct Engine::Impl {
     std::pair<int64_t, bool> update_counters(const SchedulerOutput& plan);
     void note_step_time(int64_t n_decode, bool decode_only, double step_seconds);
     void refresh_occupancy();
+    std::vector<int64_t> warmup_sizes() const;
     Status warm_up();
     std::string warmup_report;  // start-up report line, empty without a warm-up
 };
@@ -160,10 +165,14 @@ static bool wants_logprobs(const SchedulerOutput& plan) {
 Status Engine::Impl::run_models(const SchedulerOutput& plan) {
     if (speculator) MVLLM_TRY(speculator->propose(plan));
     greedy_step = takes_plain_argmax(plan);
+    const Batch batch = build_batch(plan);
+    if (const int64_t padding = batch.n_tokens() - plan.n_tokens; padding > 0 && pad_block >= 0) {
+        std::lock_guard<std::mutex> lock(counters_mu);
+        counters.n_padding_rows += padding;
+    }
     if (greedy_step)
-        return decoder.forward_greedy(build_batch(plan), *cache, &argmax,
-                                      wants_logprobs(plan) ? &argmax_logprob : nullptr);
-    return decoder.forward(build_batch(plan), *cache, &logits);
+        return decoder.forward_greedy(batch, *cache, &argmax, wants_logprobs(plan) ? &argmax_logprob : nullptr);
+    return decoder.forward(batch, *cache, &logits);
 }
 
 // Each sequence's new tokens, then its drafts; logits for the last token and every draft.
@@ -178,6 +187,16 @@ Batch Engine::Impl::build_batch(const SchedulerOutput& plan) const {
         const int seq = batch.add_sequence(tokens, static_cast<int32_t>(s.seq->n_computed), s.seq->blocks.blocks, false);
         if (s.sample) batch.want_last_logits(seq, static_cast<int32_t>(drafts.size()) + 1);
     }
+    // A decode step (one sampled token per sequence) grows to the next padded size with rows of
+    // token 0 at position 0 in the padding block; they come after the real rows, whose outputs
+    // keep their places.
+    const int64_t n = static_cast<int64_t>(plan.scheduled.size());
+    if (pad_block < 0 || n == 0 || static_cast<int64_t>(batch.token_ids.size()) != n ||
+        static_cast<int64_t>(batch.logit_rows.size()) != n)
+        return batch;
+    const auto to = std::lower_bound(pad_sizes.begin(), pad_sizes.end(), n);
+    if (to == pad_sizes.end()) return batch;
+    for (int64_t i = n; i < *to; ++i) batch.want_last_logits(batch.add_sequence({0}, 0, {pad_block}, false), 1);
     return batch;
 }
 
@@ -385,15 +404,22 @@ void Engine::Impl::note_step_time(int64_t n_decode, bool decode_only, double ste
 // separately (Backend::warmup_contexts: the CUDA backend's context buckets up to the model's
 // length), so that no live decode step records a graph. Longest contexts and largest sizes go
 // first: their scratch buffers are the largest, so no later step grows one under a recorded graph.
-Status Engine::Impl::warm_up() {
-    const auto t0 = EngineClock::now();
-    constexpr int kTokens = 4;  // a one-token prompt and 3 generated: the KV of 3 tokens
-    const int64_t blocks_each = (kTokens - 1 + blocks->block_size() - 1) / blocks->block_size();
+constexpr int kWarmupTokens = 4;  // a one-token prompt and 3 generated: the KV of 3 tokens
+
+std::vector<int64_t> Engine::Impl::warmup_sizes() const {
+    const int64_t blocks_each = (kWarmupTokens - 1 + blocks->block_size() - 1) / blocks->block_size();
     int64_t most = std::min<int64_t>({options.max_seqs, options.max_batched_tokens, blocks->n_free() / blocks_each});
-    if (max_model_len < kTokens) most = 0;  // no room for a throw-away request: no warm-up
+    if (max_model_len < kWarmupTokens) most = 0;  // no room for a throw-away request: no warm-up
     std::vector<int64_t> sizes;
     for (int64_t b = 1; b < most; b *= 2) sizes.push_back(b);
     if (most >= 1) sizes.push_back(most);
+    return sizes;
+}
+
+Status Engine::Impl::warm_up() {
+    const auto t0 = EngineClock::now();
+    constexpr int kTokens = kWarmupTokens;
+    std::vector<int64_t> sizes = warmup_sizes();
     std::reverse(sizes.begin(), sizes.end());
     const std::vector<int32_t> contexts =
         decoder.backend().warmup_contexts(static_cast<int32_t>(std::min<int64_t>(max_model_len, INT32_MAX)));
@@ -537,8 +563,13 @@ Result<std::unique_ptr<Engine>> Engine::create(Decoder& decoder, const EngineOpt
     MVLLM_ASSIGN_OR_RETURN(impl->plan, plan_kv_pool(geometry, budget.bytes, impl->max_model_len));
     impl->budget_source = budget.source;
     if (o.kv_cache_blocks > 0) impl->plan.n_blocks = o.kv_cache_blocks;
-    MVLLM_ASSIGN_OR_RETURN(impl->cache, decoder.backend().create_kv_cache(
-                                            decoder.kv_config(impl->plan.n_blocks, o.block_size, kv_dtype)));
+    const bool warms_up = o.warmup == EngineOptions::Warmup::Always ||
+                          (o.warmup == EngineOptions::Warmup::Auto && decoder.backend().warms_up());
+    const bool pad = o.decode_padding == EngineOptions::DecodePadding::On ||
+                     (o.decode_padding == EngineOptions::DecodePadding::Auto && warms_up && decoder.backend().warms_up());
+    // With padding the cache holds one block more than the pool: the padding rows' block.
+    MVLLM_ASSIGN_OR_RETURN(impl->cache, decoder.backend().create_kv_cache(decoder.kv_config(
+                                            impl->plan.n_blocks + (pad ? 1 : 0), o.block_size, kv_dtype)));
     impl->blocks = std::make_unique<BlockManager>(impl->plan.n_blocks, o.block_size, o.enable_prefix_cache);
     SchedulerConfig sc;
     sc.max_batched_tokens = o.max_batched_tokens;
@@ -555,9 +586,11 @@ Result<std::unique_ptr<Engine>> Engine::create(Decoder& decoder, const EngineOpt
     }
     if (mc.eos_token_id >= 0) impl->eos_ids.push_back(mc.eos_token_id);
     impl->counters.n_total_blocks = impl->counters.n_free_blocks = impl->plan.n_blocks;
-    if (o.warmup == EngineOptions::Warmup::Always ||
-        (o.warmup == EngineOptions::Warmup::Auto && decoder.backend().warms_up()))
-        MVLLM_TRY(impl->warm_up().with_context("engine warm-up"));
+    if (pad) {
+        impl->pad_sizes = impl->warmup_sizes();
+        impl->pad_block = static_cast<int32_t>(impl->plan.n_blocks);
+    }
+    if (warms_up) MVLLM_TRY(impl->warm_up().with_context("engine warm-up"));
     return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

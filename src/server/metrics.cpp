@@ -98,6 +98,8 @@ std::string ServerMetrics::render(const EngineCounters& c) const {
           c.prefix_query_blocks ? double(c.prefix_hit_blocks) / double(c.prefix_query_blocks) : 0.0);
     out << "# HELP mvllm:num_preemptions_total Preempted (recomputed) requests.\n"
         << "# TYPE mvllm:num_preemptions_total counter\nmvllm:num_preemptions_total " << c.n_preemptions << "\n";
+    out << "# HELP mvllm:decode_padding_rows_total Throw-away rows that padded decode steps to a recorded batch size.\n"
+        << "# TYPE mvllm:decode_padding_rows_total counter\nmvllm:decode_padding_rows_total " << c.n_padding_rows << "\n";
     std::lock_guard<std::mutex> lock(mutex_);
     out << "# HELP mvllm:prompt_tokens_total Prompt tokens of finished requests.\n"
         << "# TYPE mvllm:prompt_tokens_total counter\nmvllm:prompt_tokens_total " << n_prompt_tokens_ << "\n";

@@ -1,6 +1,7 @@
 // The engine's start-up warm-up on the CUDA backend (gpu label): it records graphs before any
 // request arrives (every batch size for every context bucket up to the model's length, so that
-// a request whose context crosses a bucket records nothing live), leaves no trace in the
+// a request whose context crosses a bucket records nothing live; decode steps are padded to a
+// warm-up batch size, so an odd batch records nothing either), leaves no trace in the
 // counters, the KV pool or the prefix-cache telemetry, and does not change what a request
 // generates (greedy tokens equal to an engine without it).
 #include <gtest/gtest.h>
@@ -40,7 +41,7 @@ EngineRun run_engine(const Model& model, bool warmup) {
     r.report = (*engine)->startup_report();
     r.graphs_at_start = be->n_graphs();
     const int64_t n_vocab = model.config.n_vocab;
-    const int n_requests = 4;  // a warmed batch size: steps of any other size record their own graphs
+    const int n_requests = 5;  // not a warm-up size: padded to 8 with the warm-up (no padding without it)
     r.tokens.resize(n_requests);
     for (int i = 0; i < n_requests; ++i) {
         Request q;
@@ -70,7 +71,8 @@ TEST(EngineWarmUp, RecordsGraphsAndLeavesNoTrace) {
     EXPECT_EQ(cold.graphs_at_start, 0);
     EXPECT_EQ(cold.report.find("warm-up"), std::string::npos);
     // Batch sizes 1, 2, 4, 8, 12 for each context bucket up to the fixture's 512 tokens: 10 graphs,
-    // and the 4 requests (contexts up to 274, over two buckets) need no other.
+    // and the 5 requests (decode steps padded to 8 rows, contexts up to 274 over two buckets)
+    // need no other.
     EXPECT_EQ(warm.graphs_at_start, 10);
     EXPECT_EQ(warm.graphs_at_end, 10);
     EXPECT_GT(cold.graphs_at_end, 0);
@@ -88,7 +90,9 @@ TEST(EngineWarmUp, RecordsGraphsAndLeavesNoTrace) {
         EXPECT_EQ(cold.tokens[i].size(), 24u);
         EXPECT_EQ(warm.tokens[i], cold.tokens[i]) << "request " << i;
     }
-    EXPECT_EQ(warm.after.n_finished, 4);
+    EXPECT_EQ(warm.after.n_finished, 5);
+    EXPECT_GT(warm.after.n_padding_rows, 0);
+    EXPECT_EQ(cold.after.n_padding_rows, 0);
     EXPECT_EQ(warm.after.n_steps, cold.after.n_steps);
     EXPECT_EQ(warm.after.n_free_blocks, warm.after.n_total_blocks);
 }

@@ -177,6 +177,51 @@ TEST(Engine, WarmUpLeavesNoTraceAndChangesNoOutput) {
     EXPECT_EQ((*cpu)->startup_report().find("warm-up"), std::string::npos);
 }
 
+// Decode padding (forced on the CPU backend, which records nothing): decode steps of 3 sequences
+// run as 4 rows (the next warm-up size), the throw-away rows write only their own block outside
+// the pool, and every request generates what it generates alone, greedy or sampled with a seed;
+// with padding off no row is added.
+TEST(Engine, DecodePaddingChangesNoOutput) {
+    std::vector<Outcome> sampled[2];
+    for (const auto mode : {EngineOptions::DecodePadding::On, EngineOptions::DecodePadding::Off}) {
+        const bool on = mode == EngineOptions::DecodePadding::On;
+        EngineOptions o = small_options(64);
+        o.decode_padding = mode;
+        auto engine = Engine::create(*tiny().decoder, o);
+        ASSERT_TRUE(engine.is_ok()) << engine.status().message();
+        std::mt19937 rng(5);
+        std::vector<Request> requests(3);
+        for (size_t i = 0; i < requests.size(); ++i) {
+            requests[i].prompt_ids = random_prompt(rng, 9 + 7 * static_cast<int>(i));
+            requests[i].sampling = greedy(12);
+        }
+        const std::vector<Request> copy = requests;
+        const std::vector<Outcome> got = run_all(**engine, requests);
+        for (size_t i = 0; i < copy.size(); ++i)
+            EXPECT_EQ(got[i].tokens, greedy_alone(copy[i].prompt_ids, 12)) << "request " << i << (on ? " padded" : "");
+        // Sampling goes through the logits path (all rows to the host, padding rows dropped).
+        std::vector<Request> hot(3);
+        for (size_t i = 0; i < hot.size(); ++i) {
+            hot[i].prompt_ids = copy[i].prompt_ids;
+            hot[i].sampling.temperature = 0.8f;
+            hot[i].sampling.seed = 100 + static_cast<int64_t>(i);
+            hot[i].sampling.max_tokens = 10;
+            hot[i].sampling.ignore_eos = true;
+        }
+        sampled[on ? 0 : 1] = run_all(**engine, hot);
+        const EngineCounters c = (*engine)->counters();
+        if (on) EXPECT_GT(c.n_padding_rows, 0);
+        else EXPECT_EQ(c.n_padding_rows, 0);
+        EXPECT_EQ(c.n_finished, 6);
+        EXPECT_EQ(c.n_free_blocks, 64);
+        EXPECT_EQ(c.n_total_blocks, 64);
+    }
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(sampled[0][i].tokens.size(), 10u);
+        EXPECT_EQ(sampled[0][i].tokens, sampled[1][i].tokens) << "sampled request " << i;
+    }
+}
+
 TEST(Engine, PlainGreedyAndPenalisedRequestsShareSteps) {
     std::mt19937 rng(5);
     const std::vector<int32_t> p1 = random_prompt(rng, 9), p2 = random_prompt(rng, 6), p3 = random_prompt(rng, 12);
