@@ -133,11 +133,12 @@ struct EngineOptions {
     // kernels on first use (Backend::warms_up); Always: on any backend (tests).
     enum class Warmup { Off, Auto, Always };
     Warmup warmup = Warmup::Off;
-    // Decode steps padded to the next warm-up batch size with throw-away rows (as vLLM pads a
-    // batch to its next captured size), so that a step of any size replays a recorded graph
-    // instead of running eagerly and recording a new one. The rows are one token at position 0
-    // whose K/V go to a block of their own outside the pool; their outputs are dropped. Auto: when
-    // the warm-up runs on a backend that records steps; On: always (tests); Off: never.
+    // Greedy decode steps (argmax on the backend) padded to the next warm-up batch size with
+    // throw-away rows (as vLLM pads a batch to its next captured size), so that a step of any size
+    // replays a recorded graph instead of running eagerly and recording a new one. The rows are
+    // one token at position 0 whose K/V go to a block of their own outside the pool; their outputs
+    // are dropped. Steps that copy logits to the host (sampling) are not padded. Auto: when the
+    // warm-up runs on a backend that records steps; On: always (tests); Off: never.
     enum class DecodePadding { Off, Auto, On };
     DecodePadding decode_padding = DecodePadding::Auto;
 };

@@ -187,11 +187,12 @@ Batch Engine::Impl::build_batch(const SchedulerOutput& plan) const {
         const int seq = batch.add_sequence(tokens, static_cast<int32_t>(s.seq->n_computed), s.seq->blocks.blocks, false);
         if (s.sample) batch.want_last_logits(seq, static_cast<int32_t>(drafts.size()) + 1);
     }
-    // A decode step (one sampled token per sequence) grows to the next padded size with rows of
-    // token 0 at position 0 in the padding block; they come after the real rows, whose outputs
-    // keep their places.
+    // A greedy decode step (one token per sequence, argmax on the backend) grows to the next
+    // padded size with rows of token 0 at position 0 in the padding block; they come after the
+    // real rows, whose outputs keep their places. Steps that copy logits to the host are not
+    // padded: every padding row would add a vocabulary-wide row to that copy, on every step.
     const int64_t n = static_cast<int64_t>(plan.scheduled.size());
-    if (pad_block < 0 || n == 0 || static_cast<int64_t>(batch.token_ids.size()) != n ||
+    if (pad_block < 0 || !greedy_step || n == 0 || static_cast<int64_t>(batch.token_ids.size()) != n ||
         static_cast<int64_t>(batch.logit_rows.size()) != n)
         return batch;
     const auto to = std::lower_bound(pad_sizes.begin(), pad_sizes.end(), n);

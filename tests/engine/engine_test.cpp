@@ -177,10 +177,10 @@ TEST(Engine, WarmUpLeavesNoTraceAndChangesNoOutput) {
     EXPECT_EQ((*cpu)->startup_report().find("warm-up"), std::string::npos);
 }
 
-// Decode padding (forced on the CPU backend, which records nothing): decode steps of 3 sequences
-// run as 4 rows (the next warm-up size), the throw-away rows write only their own block outside
-// the pool, and every request generates what it generates alone, greedy or sampled with a seed;
-// with padding off no row is added.
+// Decode padding (forced on the CPU backend, which records nothing): greedy decode steps of 3
+// sequences run as 4 rows (the next warm-up size), the throw-away rows write only their own block
+// outside the pool, and every request generates what it generates alone; sampled steps (logits to
+// the host) are not padded and sample the same tokens; with padding off no row is added.
 TEST(Engine, DecodePaddingChangesNoOutput) {
     std::vector<Outcome> sampled[2];
     for (const auto mode : {EngineOptions::DecodePadding::On, EngineOptions::DecodePadding::Off}) {
@@ -199,7 +199,8 @@ TEST(Engine, DecodePaddingChangesNoOutput) {
         const std::vector<Outcome> got = run_all(**engine, requests);
         for (size_t i = 0; i < copy.size(); ++i)
             EXPECT_EQ(got[i].tokens, greedy_alone(copy[i].prompt_ids, 12)) << "request " << i << (on ? " padded" : "");
-        // Sampling goes through the logits path (all rows to the host, padding rows dropped).
+        // Sampling goes through the logits path, which is not padded.
+        const int64_t greedy_padding = (*engine)->counters().n_padding_rows;
         std::vector<Request> hot(3);
         for (size_t i = 0; i < hot.size(); ++i) {
             hot[i].prompt_ids = copy[i].prompt_ids;
@@ -210,8 +211,9 @@ TEST(Engine, DecodePaddingChangesNoOutput) {
         }
         sampled[on ? 0 : 1] = run_all(**engine, hot);
         const EngineCounters c = (*engine)->counters();
-        if (on) EXPECT_GT(c.n_padding_rows, 0);
-        else EXPECT_EQ(c.n_padding_rows, 0);
+        if (on) EXPECT_GT(greedy_padding, 0);
+        EXPECT_EQ(c.n_padding_rows, greedy_padding);  // none while sampling
+        if (!on) EXPECT_EQ(c.n_padding_rows, 0);
         EXPECT_EQ(c.n_finished, 6);
         EXPECT_EQ(c.n_free_blocks, 64);
         EXPECT_EQ(c.n_total_blocks, 64);
