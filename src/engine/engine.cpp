@@ -419,7 +419,6 @@ std::vector<int64_t> Engine::Impl::warmup_sizes() const {
 
 Status Engine::Impl::warm_up() {
     const auto t0 = EngineClock::now();
-    constexpr int kTokens = kWarmupTokens;
     std::vector<int64_t> sizes = warmup_sizes();
     std::reverse(sizes.begin(), sizes.end());
     const std::vector<int32_t> contexts =
@@ -434,7 +433,7 @@ Status Engine::Impl::warm_up() {
                 r.prompt_ids = {static_cast<int32_t>(i % n_vocab)};
                 r.sampling.temperature = 0;
                 r.sampling.ignore_eos = true;
-                r.sampling.max_tokens = kTokens - 1;
+                r.sampling.max_tokens = kWarmupTokens - 1;
                 auto id = submit(std::move(r), [](const EngineEvent&) {});
                 if (!id) status = id.status();
             }
