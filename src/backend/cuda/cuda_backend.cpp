@@ -63,9 +63,9 @@ CudaBackend::Impl::~Impl() {
     if (meta_device) cudaFree(meta_device);
     if (meta_copied) cudaEventDestroy(meta_copied);
     if (inv_freq) cudaFree(inv_freq);
-    if (argmax_out) cudaFree(argmax_out);
+    if (argmax_out) cudaFreeHost(argmax_out);
     if (argmax_keys) cudaFree(argmax_keys);
-    if (argmax_logprob) cudaFree(argmax_logprob);
+    if (argmax_logprob) cudaFreeHost(argmax_logprob);
     if (cublas) cublasDestroy(cublas);
     if (cublas_workspace) cudaFree(cublas_workspace);
     if (stream) cudaStreamDestroy(stream);
@@ -526,22 +526,24 @@ void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob)
     if (rows == 0) return;
     if (im.argmax_capacity < rows) {
         MVLLM_CUDA_OK(cudaStreamSynchronize(im.stream));
-        if (im.argmax_out) cudaFree(im.argmax_out);
+        if (im.argmax_out) cudaFreeHost(im.argmax_out);
         if (im.argmax_keys) cudaFree(im.argmax_keys);
-        if (im.argmax_logprob) cudaFree(im.argmax_logprob);
-        MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&im.argmax_out), rows * sizeof(int32_t)));
+        if (im.argmax_logprob) cudaFreeHost(im.argmax_logprob);
+        MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&im.argmax_out), rows * sizeof(int32_t), cudaHostAllocMapped));
+        MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&im.argmax_logprob), rows * sizeof(float), cudaHostAllocMapped));
         MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&im.argmax_keys), rows * sizeof(unsigned long long)));
-        MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&im.argmax_logprob), rows * sizeof(float)));
+        MVLLM_CUDA_OK(cudaMemset(im.argmax_keys, 0, rows * sizeof(unsigned long long)));
         im.argmax_capacity = rows;
     }
-    cuda::launch_argmax(x, im.argmax_keys, im.argmax_out, im.stream);
-    MVLLM_CUDA_OK(cudaMemcpyAsync(dst, im.argmax_out, rows * sizeof(int32_t), cudaMemcpyDeviceToHost, im.stream));
-    if (logprob) {
-        cuda::launch_max_logprob(x, im.argmax_logprob, im.stream);
-        MVLLM_CUDA_OK(
-            cudaMemcpyAsync(logprob, im.argmax_logprob, rows * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
-    }
-    MVLLM_CUDA_OK(cudaStreamSynchronize(im.stream));
+    int32_t* out_dev = nullptr;
+    float* logprob_dev = nullptr;
+    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&out_dev), im.argmax_out, 0));
+    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&logprob_dev), im.argmax_logprob, 0));
+    cuda::launch_argmax(x, im.argmax_keys, out_dev, im.stream);
+    if (logprob) cuda::launch_max_logprob(x, logprob_dev, im.stream);
+    MVLLM_CUDA_OK(cudaStreamSynchronize(im.stream));  // the kernels' writes to mapped memory are visible now
+    std::memcpy(dst, im.argmax_out, rows * sizeof(int32_t));
+    if (logprob) std::memcpy(logprob, im.argmax_logprob, rows * sizeof(float));
     Impl::GraphTiming& t = im.graph_timing;
     if (t.enabled && t.launched != std::chrono::steady_clock::time_point{}) {
         t.synced = std::chrono::steady_clock::now();

@@ -102,9 +102,11 @@ struct CudaBackend::Impl {
 
     float* inv_freq = nullptr;  // [head_dim / 2] device copy of RopeParams::inv_freq
     std::vector<float> inv_freq_host;
-    int32_t* argmax_out = nullptr;
+    // Greedy sampling's results land in mapped pinned host memory (written by the kernels over
+    // the bus: no copy is queued after them); the keys are device scratch the kernel re-zeroes.
+    int32_t* argmax_out = nullptr;          // [argmax_capacity], host (mapped)
+    float* argmax_logprob = nullptr;        // [argmax_capacity], host (mapped): the token's log-softmax
     unsigned long long* argmax_keys = nullptr;
-    float* argmax_logprob = nullptr;  // [argmax_capacity]: the argmax token's log-softmax
     size_t argmax_capacity = 0;
 
     cuda::MatmulScratch matmul_scratch;

@@ -192,10 +192,13 @@ __global__ void max_logprob_kernel(const float* x, int64_t width, float* out) {
 }
 
 // out[row] = the index packed in keys[row]. One thread per row.
-__global__ void argmax_finish_kernel(const unsigned long long* keys, int32_t* out, int64_t n_rows) {
+// Also resets the keys to zero for the next launch (so no memset precedes the partial kernel).
+__global__ void argmax_finish_kernel(unsigned long long* keys, int32_t* out, int64_t n_rows) {
     pdl_begin();
     const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (r < n_rows) out[r] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(keys[r] & 0xFFFFFFFFu));
+    if (r >= n_rows) return;
+    out[r] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(keys[r] & 0xFFFFFFFFu));
+    keys[r] = 0;
 }
 
 // Reads qkv row blockIdx.x ([q_dim | kv_dim | kv_dim] f32, q and k rows in RoPE pairs, rope.cuh)
@@ -380,7 +383,6 @@ void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, 
     MVLLM_CHECK(x.type == DType::F32) << "argmax input " << type_name(x.type);
     const int64_t n_rows = x.ne[1];
     if (n_rows == 0) return;
-    MVLLM_CUDA_CHECK(cudaMemsetAsync(keys, 0, static_cast<size_t>(n_rows) * sizeof(unsigned long long), stream));
     const dim3 grid(static_cast<unsigned>(ceil_div(x.ne[0], 4096)), static_cast<unsigned>(n_rows));
     launch_pdl(argmax_partial_kernel, grid, 256, 0, stream, static_cast<const float*>(x.data), x.ne[0], keys);
     MVLLM_CUDA_LAUNCH_CHECK();

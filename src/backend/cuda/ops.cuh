@@ -30,8 +30,9 @@ void launch_add_bias(const TensorView& x, const TensorView& bias, cudaStream_t s
 void launch_gather_rows(const TensorView& x, const int32_t* rows, const TensorView& out, cudaStream_t stream);
 // Element-wise type conversion between F32 / F16 / BF16 tensors of equal shape.
 void launch_convert(const TensorView& src, const TensorView& dst, cudaStream_t stream);
-// out[r] = argmax of row r of x (F32; first index wins ties). keys: [n_rows] device scratch.
-// Many CTAs per row merge (value, index) keys with one 64-bit atomicMax each.
+// out[r] = argmax of row r of x (F32; first index wins ties). keys: [n_rows] device scratch, zero
+// on entry and left zero. Many CTAs per row merge (value, index) keys with one 64-bit atomicMax
+// each. out may be mapped host memory (the tokens then need no copy after the kernels).
 void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, cudaStream_t stream);
 // out[r] = the log-softmax of row r's maximum, -log sum_i exp(x[r][i] - max_r) (F32 x). One CTA
 // per row, one pass (running maximum and rescaled sum per thread, merged at the end).
