@@ -430,13 +430,6 @@ int cluster_merge_mode() {
     return mode;
 }
 
-// Tiles each warp of the decode kernel prefetches into L2 beyond its cp.async pipeline
-// (MVLLM_ATTN_PREFETCH, for A/B measurements).
-int attention_prefetch_tiles() {
-    static const int n = std::clamp(env_int("MVLLM_ATTN_PREFETCH", 2), 0, 16);
-    return n;
-}
-
 // The fewest context tokens per split of the decode kernel: one tile per warp, or
 // MVLLM_ATTN_MIN_SPLIT_TOKENS (a multiple of 16, for measurements).
 int32_t min_split_tokens(int warps) {
@@ -524,7 +517,7 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
                          batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
                          static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits,
                          out.data, out.type, part_o, part_ml, counters, rows,
-                         early_loads() & kEarlyAttention ? 1 : 0, attention_prefetch_tiles(), cluster, qx);
+                         early_loads() & kEarlyAttention ? 1 : 0, cluster, qx);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

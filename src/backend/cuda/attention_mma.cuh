@@ -122,20 +122,19 @@ __device__ __forceinline__ void load_tile(KT* sk, KT* sv, const KT* kc, const KT
     }
 }
 
-// The L2 lines of load_tile's K and V tiles (one prefetch per 128-byte line; a 16-token tile of
-// head_dim 128 in F16 is 32 lines of K and 32 of V: one of each per lane).
+// The L2 lines of load_tile's K and V tiles (one prefetch per 128-byte line).
 template <int HD, typename KT>
 __device__ __forceinline__ void prefetch_tile(const KT* kc, const KT* vc, const PagedRows& rows, int32_t t0,
                                               int32_t t_end, int lane) {
-    constexpr int kLinesPerRow = (HD * static_cast<int>(sizeof(KT)) + 127) / 128;
-    constexpr int kLineValues = 128 / static_cast<int>(sizeof(KT));
+    constexpr int kChunks = HD / 8;                       // 16-byte chunks per token row
+    constexpr int kLine = 128 / (8 * sizeof(KT));         // chunks per 128-byte line
     if (t0 >= t_end) return;
     const int64_t row0 = rows.tile_in_block ? rows.row(t0) : 0;
-    for (int i = lane; i < kTile * kLinesPerRow; i += 32) {
-        const int row = i / kLinesPerRow, line = i % kLinesPerRow;
+    for (int i = lane; i < kTile * kChunks; i += 32) {
+        const int row = i / kChunks, chunk = i % kChunks;
         const int32_t t = t0 + row;
-        if (t >= t_end) continue;
-        const int64_t off = (rows.tile_in_block ? row0 + row : rows.row(t)) * HD + line * kLineValues;
+        if (t >= t_end || chunk % kLine != 0) continue;
+        const int64_t off = (rows.tile_in_block ? row0 + row : rows.row(t)) * HD + chunk * 8;
         prefetch_l2(kc + off);
         prefetch_l2(vc + off);
     }
@@ -195,14 +194,13 @@ struct Timeline {
 // takes batch row rows[x] (the short sequences' rows when the prefill kernel takes the chunks), else
 // row x. Launch: grid (rows ? their count : n_tokens, n_kv_heads * n_head_tiles, n_splits), clusters
 // of (1, 1, cluster) CTAs (n_splits a multiple of cluster <= kMaxClusterSplits), W * 32 threads,
-// shared_bytes<HD, KT, W>() of dynamic shared memory. prefetch: how many tiles past the cp.async
-// pipeline each warp pulls into L2 ahead of its copies (more bytes in flight than shared memory holds).
+// shared_bytes<HD, KT, W>() of dynamic shared memory.
 template <int HD, typename KT, int W>
 __global__ void __launch_bounds__(W * 32, 8 / W)
     decode_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv,
                   const float* q, int32_t n_heads, float scale_log2, int32_t split_tokens,
                   int32_t n_splits, void* out, DType out_type, float* part_o, float* part_ml, int32_t* counters,
-                  const int32_t* rows, int early, int prefetch, int cluster, QxView qx) {
+                  const int32_t* rows, int early, int cluster, QxView qx) {
     pdl_trigger();
     Timeline tl;
     tl.mark(0);
@@ -254,10 +252,6 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         for (int s = 0; s < kStages - 1; ++s)
             prefetch_tile<HD>(kc, vc, paged, t_begin + (s * W + warp) * kTile, t_end, lane);
     }
-    // L2 prefetches of the tiles after the pipeline's first ones (safe before the wait: L2 is the
-    // point of coherence, and the copies that read these lines come after it).
-    for (int32_t s = kStages - 1; s < kStages - 1 + prefetch && s < n_my; ++s)
-        prefetch_tile<HD>(kc, vc, paged, tile_start(s), t_end, lane);
     tl.mark(2);
     pdl_wait();
     tl.mark(3);
@@ -302,8 +296,6 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
             if (next < n_my)
                 load_tile<HD>(stage_k(next), stage_k(next) + kTile * HD, kc, vc, paged, tile_start(next), t_end, lane);
             cp_async_commit();
-            if (next + prefetch < n_my && prefetch > 0)
-                prefetch_tile<HD>(kc, vc, paged, tile_start(next + prefetch), t_end, lane);
         }
         const KT* sk = stage_k(i);
         const KT* sv = sk + kTile * HD;

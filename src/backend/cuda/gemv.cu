@@ -79,11 +79,6 @@ struct Item<DType::Q4_0> {
         q = load_weight16(m.body + i * 16);
         d = load_half_bits(m.scales + 2 * i);
     }
-    static __device__ __forceinline__ void prefetch(const QuantMatrix& m, int64_t row, int64_t it) {
-        const int64_t i = row * m.blocks_per_row + it;
-        prefetch_l2(m.body + i * 16);
-        prefetch_l2(m.scales + 2 * i);
-    }
     static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int) { return load_x_block(x, t, it); }
     __device__ __forceinline__ float dot(const X& x, int) const {
         const uint32_t lo[4] = {q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu};
@@ -106,11 +101,6 @@ struct Item<DType::Q8_0> {
         q0 = load_weight16(m.body + i * 32);
         q1 = load_weight16(m.body + i * 32 + 16);
         d = load_half_bits(m.scales + 2 * i);
-    }
-    static __device__ __forceinline__ void prefetch(const QuantMatrix& m, int64_t row, int64_t it) {
-        const int64_t i = row * m.blocks_per_row + it;
-        prefetch_l2(m.body + i * 32);
-        prefetch_l2(m.scales + 2 * i);
     }
     static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int) { return load_x_block(x, t, it); }
     __device__ __forceinline__ float dot(const X& x, int) const {
@@ -293,7 +283,7 @@ __device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxVi
 template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix& w2, const QxView& x, const float* bias,
                                         void* out, DType out_type, int64_t n_out, int n_tokens, int accumulate, int ks,
-                                        int early, int prefetch, const QkvRopeOut& rope) {
+                                        int early, const QkvRopeOut& rope) {
     using I = Item<T>;
     constexpr int R = rows_per_warp<T, NT, kPair>();
     constexpr int NS = kPair ? 2 : 1;
@@ -340,23 +330,12 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
             }
         }
     };
-    // The lane's later items go to L2 in the loop's order while its first ones load (prefetch):
-    // the loop's later steps then wait on L2, not on DRAM (MVLLM_GEMV_PREFETCH=0 turns it off).
-    auto prefetch_rest = [&](int64_t from) {
-        if (!prefetch) return;
-        for (int64_t it = from; it < n_items; it += stride)
-#pragma unroll
-            for (int s = 0; s < NS; ++s)
-#pragma unroll
-                for (int r = 0; r < R; ++r) I::prefetch(s ? w2 : w, rows[r], it);
-    };
     if constexpr (kFirst > 0) {
         if (!early) pdl_wait();  // MVLLM_EARLY_LOADS without bit 2, for A/B measurements
         I first[kFirst][NS][R];
 #pragma unroll
         for (int u = 0; u < kFirst; ++u)
             if (it0 + u * stride < n_items) load_items(first[u], w, w2, rows, it0 + u * stride);
-        prefetch_rest(it0 + kFirst * stride);
         rotation();
         pdl_wait();
 #pragma unroll
@@ -368,7 +347,6 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
             for (int s = 0; s < NS; ++s)
 #pragma unroll
                 for (int r = 0; r < R; ++r) I::prefetch(s ? w2 : w, rows[r], it0);
-        prefetch_rest(it0 + stride);
         rotation();
         pdl_wait();
     }
@@ -452,13 +430,13 @@ struct GemvQxArgs {
     void* out;
     DType out_type;
     int64_t n_out;
-    int n_tokens, accumulate, ks, early, prefetch;
+    int n_tokens, accumulate, ks, early;
     QkvRopeOut rope;  // kRope: where the fused QKV rows go
 };
 template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const GemvQxArgs& a) {
     gemv_qx<T, NT, kPair, kRope>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate, a.ks,
-                                 a.early, a.prefetch, a.rope);
+                                 a.early, a.rope);
 }
 template <DType T, int NT, bool kPair, bool kRope = false>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) { gemv_qx<T, NT, kPair, kRope>(a); }
@@ -579,13 +557,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     }
 }
 
-// Whether the quantised GEMV prefetches a lane's later items into L2 (MVLLM_GEMV_PREFETCH=0|1,
-// for A/B measurements).
-bool gemv_prefetch() {
-    static const bool on = env_int("MVLLM_GEMV_PREFETCH", 1) != 0;
-    return on;
-}
-
 // Warps that split one row group's items (1, 2 or 4): the fewest that give the launch about 16
 // warps per SM (a short matrix of long rows would otherwise have few loads in flight), as long as
 // every lane keeps half an item or more. Measured on the H200 (bench/NOTES.md). MVLLM_GEMV_KSPLIT=
@@ -624,7 +595,7 @@ void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, 
     const QuantMatrix m = quant_matrix<T>(w.data, w.ne[0], w.ne[1]);
     const QuantMatrix m2 = w2 ? quant_matrix<T>(w2->data, w2->ne[0], w2->ne[1]) : m;
     GemvQxArgs args{m, m2, x, bias, out, out_type, n_out, static_cast<int>(x.n_rows), accumulate, ks,
-                    early_loads() & kEarlyGemv ? 1 : 0, gemv_prefetch() ? 1 : 0, {}};
+                    early_loads() & kEarlyGemv ? 1 : 0, {}};
     if (rope) args.rope = *rope;
     if constexpr (T == DType::Q4_0 && NT == 1)
         launch_pdl(gemv_q4_0_b1_kernel<kPair, kRope>, grid, kGemvWarps * 32, 0, stream, args);
