@@ -3,6 +3,7 @@
 // shuffled (scattered) block tables with partly filled last blocks, for F32/F16/BF16 KV and the
 // head geometries of the fixtures and of Qwen2.5 0.5B / 7B. Skips without a GPU.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "backend/cpu/attention.h"
@@ -22,8 +23,10 @@ struct SeqSpec {
     int32_t n_query;   // new (query) tokens at its end
 };
 
+// stale_tail: the cache rows past each sequence's context in its last block hold NaN (a block a
+// longer sequence used before), which no output may pick up.
 void run_case(CudaAttentionVariant variant, DType kv_dtype, DType out_type, const Geometry& g,
-              const std::vector<SeqSpec>& seqs, int32_t block_size, uint64_t seed) {
+              const std::vector<SeqSpec>& seqs, int32_t block_size, uint64_t seed, bool stale_tail = false) {
     auto be = make_cuda(variant);
     ASSERT_TRUE(be);
     // Scattered blocks: each sequence's table draws from one shuffled pool.
@@ -47,18 +50,25 @@ void run_case(CudaAttentionVariant variant, DType kv_dtype, DType out_type, cons
     Batch fill, step;
     fill.block_size = step.block_size = block_size;
     size_t next = 0;
+    std::vector<std::pair<int64_t, int64_t>> stale;  // fill rows [first, last) past a context
     for (const SeqSpec& s : seqs) {
         std::vector<int32_t> table;
         for (int32_t i = 0; i * block_size < s.context; ++i) table.push_back(pool[next++]);
-        fill.add_sequence(std::vector<int32_t>(s.context, 0), 0, table, false);
+        const int32_t filled = stale_tail ? static_cast<int32_t>(table.size()) * block_size : s.context;
+        stale.emplace_back(fill.n_tokens() + s.context, fill.n_tokens() + filled);
+        fill.add_sequence(std::vector<int32_t>(filled, 0), 0, table, false);
         step.add_sequence(std::vector<int32_t>(s.n_query, 0), s.context - s.n_query, table, true);
     }
     const int64_t kv_width = static_cast<int64_t>(g.n_kv_heads) * g.head_dim;
     const int64_t q_width = static_cast<int64_t>(g.n_heads) * g.head_dim;
-    // Fill the cache: K/V of every position of every sequence.
+    // Fill the cache: K/V of every position of every sequence (NaN past a context: stale_tail).
     be->begin(fill);
-    const std::vector<float> kv_k = random_floats(kv_width * fill.n_tokens(), seed + 1);
-    const std::vector<float> kv_v = random_floats(kv_width * fill.n_tokens(), seed + 2);
+    std::vector<float> kv_k = random_floats(kv_width * fill.n_tokens(), seed + 1);
+    std::vector<float> kv_v = random_floats(kv_width * fill.n_tokens(), seed + 2);
+    for (const auto& [first, last] : stale) {
+        std::fill(kv_k.begin() + first * kv_width, kv_k.begin() + last * kv_width, std::nanf(""));
+        std::fill(kv_v.begin() + first * kv_width, kv_v.begin() + last * kv_width, std::nanf(""));
+    }
     TensorView k = be->alloc(DType::F32, kv_width, fill.n_tokens());
     TensorView v = be->alloc(DType::F32, kv_width, fill.n_tokens());
     be->upload(kv_k.data(), k);
@@ -166,6 +176,26 @@ TEST(CudaAttention, OddBlockSizesLongContextsAndF16Output) {
         run_case(variant, DType::F32, DType::F32, kGeometries[1], {{1500, 1}, {33, 1}}, 7, seed++);
         run_case(variant, DType::BF16, DType::F32, kGeometries[2], {{130, 40}, {5, 1}}, 32, seed++);
     }
+}
+
+// The F16/BF16 decode kernel's two ways of loading tiles: tensor copies (the default where the
+// block size is a multiple of 16 and head_dim 64 or 128) and cp.async. A tensor copy takes a whole
+// 16-token tile from the cache, rows past the context included; here those rows hold NaN, which
+// the kernel must keep out of the result (masked scores, zeroed V).
+TEST(CudaAttention, TensorCopyAndCpAsyncTilesIgnoreRowsPastTheContext) {
+    MVLLM_REQUIRE_GPU();
+    uint64_t seed = 1300;
+    const std::vector<SeqSpec> seqs = {{35, 1}, {300, 1}, {17, 1}, {1000, 1}, {9, 1}, {64, 1}, {130, 3}};
+    for (int tma : {1, 0}) {
+        cuda::force_attention_tma(tma);
+        for (DType kv : {DType::F16, DType::BF16})
+            for (const Geometry& g : {kGeometries[0], kGeometries[1], kGeometries[5]}) {
+                SCOPED_TRACE(tma ? "tensor copies" : "cp.async");
+                run_case(CudaAttentionVariant::Fused, kv, DType::F32, g, seqs, 16, seed++, /*stale_tail=*/true);
+                run_case(CudaAttentionVariant::Fused, kv, DType::F32, g, seqs, 32, seed++, /*stale_tail=*/true);
+            }
+    }
+    cuda::force_attention_tma(-1);
 }
 
 // The decode plan (host rule, no GPU needed), with the H200's slots for the 7B (head_dim 128: 132

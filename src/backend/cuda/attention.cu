@@ -1,12 +1,17 @@
 #include "backend/cuda/attention.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 #include <string>
 #include <cstdint>
+#include <tuple>
 #include <type_traits>
 
 #include "backend/backend.h"
@@ -441,19 +446,19 @@ int32_t min_split_tokens(int warps) {
 }
 
 // The decode kernel's launch attributes, set once; returns its CTAs per SM.
-template <int HD, typename KT, int W>
+template <int HD, typename KT, int W, bool Tma>
 int decode_ctas_per_sm() {
     static const int n = [] {
-        constexpr size_t kShared = mma_decode::shared_bytes<HD, KT, W>();
-        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W>,
+        constexpr size_t kShared = mma_decode::shared_bytes<HD, KT, W, Tma>();
+        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kShared)));
         // All of L1 as shared memory: otherwise the driver may configure just enough for one CTA
         // per SM while the occupancy query (and the split plan) counts on two.
-        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W>,
+        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>,
                                               cudaFuncAttributePreferredSharedMemoryCarveout,
                                               cudaSharedmemCarveoutMaxShared));
         int ctas = 0;
-        MVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, mma_decode::decode_kernel<HD, KT, W>,
+        MVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, mma_decode::decode_kernel<HD, KT, W, Tma>,
                                                                       W * 32, kShared));
         return std::max(ctas, 1);
     }();
@@ -461,13 +466,13 @@ int decode_ctas_per_sm() {
 }
 
 // How many of the decode kernel's CTAs can be resident at once in clusters of `size` (0: none).
-template <int HD, typename KT, int W>
+template <int HD, typename KT, int W, bool Tma>
 int decode_cluster_slots(int size) {
-    decode_ctas_per_sm<HD, KT, W>();
+    decode_ctas_per_sm<HD, KT, W, Tma>();
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(1, 1, size);
     config.blockDim = dim3(W * 32);
-    config.dynamicSmemBytes = mma_decode::shared_bytes<HD, KT, W>();
+    config.dynamicSmemBytes = mma_decode::shared_bytes<HD, KT, W, Tma>();
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = attr.val.clusterDim.y = 1;
@@ -475,7 +480,7 @@ int decode_cluster_slots(int size) {
     config.attrs = &attr;
     config.numAttrs = 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, mma_decode::decode_kernel<HD, KT, W>, &config) != cudaSuccess) n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, mma_decode::decode_kernel<HD, KT, W, Tma>, &config) != cudaSuccess) n = 0;
     cudaGetLastError();
     return n * size;
 }
@@ -484,15 +489,16 @@ int decode_cluster_slots(int size) {
 // to the tiled prefill kernel (attention_prefill.cuh); the other rows to the decode kernel
 // (attention_mma.cuh), one launch with its splits merged in-kernel.
 // The decode kernel with W warps per CTA over `decode_rows` rows (all rows, or `rows`).
-template <int HD, typename KT, int W>
+template <int HD, typename KT, int W, bool Tma>
 void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                    int32_t n_heads, float scale_log2, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
-                   bool batch_invariant, const int32_t* rows, int32_t decode_rows, const QxView& qx) {
-    constexpr size_t kShared = mma_decode::shared_bytes<HD, KT, W>();
-    static const int ctas_per_sm = decode_ctas_per_sm<HD, KT, W>();
+                   bool batch_invariant, const int32_t* rows, int32_t decode_rows, const QxView& qx,
+                   const mma_decode::KvTensorMaps& maps) {
+    constexpr size_t kShared = mma_decode::shared_bytes<HD, KT, W, Tma>();
+    static const int ctas_per_sm = decode_ctas_per_sm<HD, KT, W, Tma>();
     const int32_t group = n_heads / kv.n_kv_heads;
     const int32_t n_tiles = (group + mma_decode::kHeadTile - 1) / mma_decode::kHeadTile;
-    static const int cluster_slots = decode_cluster_slots<HD, KT, W>(mma_decode::kMaxClusterSplits);
+    static const int cluster_slots = decode_cluster_slots<HD, KT, W, Tma>(mma_decode::kMaxClusterSplits);
     const DecodePlan plan = plan_decode(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context, n_sms * ctas_per_sm,
                                         cluster_slots, 2 * W * mma_decode::kTile, min_split_tokens(W),
                                         cluster_merge_mode(), batch_invariant);
@@ -513,12 +519,92 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
         counters = static_cast<int32_t*>(scratch.counters);
     }
     const dim3 grid(decode_rows, kv.n_kv_heads * n_tiles, split.n_splits);
-    launch_pdl_clustered(mma_decode::decode_kernel<HD, KT, W>, grid, W * 32, kShared, stream, dim3(1, 1, cluster),
+    launch_pdl_clustered(mma_decode::decode_kernel<HD, KT, W, Tma>, grid, W * 32, kShared, stream, dim3(1, 1, cluster),
                          batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
                          static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits,
                          out.data, out.type, part_o, part_ml, counters, rows,
-                         early_loads() & kEarlyAttention ? 1 : 0, cluster, qx);
+                         early_loads() & kEarlyAttention ? 1 : 0, cluster, qx, maps);
     MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+// ---- Tensor maps of the KV cache (the decode kernel's tensor copies) -------------------------------
+
+// Whether the decode kernel's tiles come by tensor copies where the cache allows it
+// (MVLLM_ATTN_TMA=0: cp.async everywhere, for A/B measurements).
+std::atomic<int> forced_tma{-1};  // force_attention_tma
+bool attention_tma_enabled() {
+    static const bool sm90 = [] {
+        int device = 0, major = 0;
+        cudaGetDevice(&device);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+        cudaGetLastError();
+        return major >= 9;
+    }();
+    static const bool env_on = env_int("MVLLM_ATTN_TMA", 1) != 0;
+    const int forced = forced_tma.load();
+    return sm90 && (forced >= 0 ? forced == 1 : env_on);
+}
+
+// One layer's K (or V) as a 2-D tensor [rows][head_dim] of 16-bit values, boxes of 16 rows x 64
+// values, 128-byte swizzle (attention_mma.cuh's tile layout). False when the driver cannot make it.
+bool encode_kv_map(const void* base, int64_t n_rows, int32_t head_dim, CUtensorMap* map) {
+    using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    static void* encode = [] {
+        void* f = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            f = nullptr;
+        cudaGetLastError();
+        return f;
+    }();
+    if (encode == nullptr) return false;
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(n_rows)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(head_dim) * 2};
+    const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(mma_decode::kTile)};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    return reinterpret_cast<Encode>(encode)(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims,
+                                            strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The maps of a layer's K and V, made once per (cache storage, size) and kept; false where the
+// decode kernel must use cp.async (a head_dim or block size the tiles do not fit, rows past int32).
+bool kv_tensor_maps(const DeviceKvLayer& kv, mma_decode::KvTensorMaps* maps) {
+    if (!attention_tma_enabled() || !mma_decode::tma_head_dim(kv.head_dim) || kv.block_size % mma_decode::kTile != 0 ||
+        kv.n_rows <= 0 || kv.n_rows > INT32_MAX)
+        return false;
+    using Key = std::tuple<const void*, const void*, int64_t, int32_t>;
+    static std::mutex mu;
+    static std::map<Key, std::pair<bool, mma_decode::KvTensorMaps>> made;
+    std::lock_guard<std::mutex> lock(mu);
+    auto [it, fresh] = made.try_emplace(Key{kv.k, kv.v, kv.n_rows, kv.head_dim});
+    if (fresh)
+        it->second.first = encode_kv_map(kv.k, kv.n_rows, kv.head_dim, &it->second.second.k) &&
+                           encode_kv_map(kv.v, kv.n_rows, kv.head_dim, &it->second.second.v);
+    if (it->second.first) *maps = it->second.second;
+    return it->second.first;
+}
+
+// The decode kernel with W warps, by tensor copies where the layer allows them.
+template <int HD, typename KT, int W>
+void decode_dispatch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
+                     int32_t n_heads, float scale_log2, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
+                     bool batch_invariant, const int32_t* rows, int32_t decode_rows, const QxView& qx) {
+    mma_decode::KvTensorMaps maps;
+    if constexpr (mma_decode::tma_head_dim(HD)) {
+        if (kv_tensor_maps(kv, &maps)) {
+            decode_launch<HD, KT, W, true>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream,
+                                           batch_invariant, rows, decode_rows, qx, maps);
+            return;
+        }
+    }
+    std::memset(&maps, 0, sizeof(maps));
+    decode_launch<HD, KT, W, false>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant,
+                                    rows, decode_rows, qx, maps);
 }
 
 // Warps per CTA of the decode kernel: 4 (two CTAs per SM at head_dim 128) when the batch's
@@ -575,11 +661,11 @@ bool fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
     const QxView q_out = with_qx ? *qx : QxView{};
     // Batch-invariant mode keeps one fixed kernel shape (its split positions are fixed anyway).
     if (!batch_invariant && decode_warps(static_cast<int64_t>(decode_rows) * kv.n_kv_heads, batch.max_context, n_sms) == 4)
-        decode_launch<HD, KT, 4>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant, rows,
-                                 decode_rows, q_out);
+        decode_dispatch<HD, KT, 4>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant, rows,
+                                   decode_rows, q_out);
     else
-        decode_launch<HD, KT, 8>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant, rows,
-                                 decode_rows, q_out);
+        decode_dispatch<HD, KT, 8>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant, rows,
+                                   decode_rows, q_out);
     return with_qx;
 }
 
@@ -624,11 +710,17 @@ bool attention_typed(CudaAttention variant, const DeviceBatch& batch, const int6
 
 }  // namespace
 
+void force_attention_tma(int mode) { forced_tma.store(mode); }
+
 int decode_cluster_slots_f16(int head_dim, int warps, int size) {
-    const bool eight = warps == 8;
+    const bool eight = warps == 8, tma = attention_tma_enabled();
+    auto slots = [&]<int HD>() {
+        if (tma) return eight ? decode_cluster_slots<HD, __half, 8, true>(size) : decode_cluster_slots<HD, __half, 4, true>(size);
+        return eight ? decode_cluster_slots<HD, __half, 8, false>(size) : decode_cluster_slots<HD, __half, 4, false>(size);
+    };
     switch (head_dim) {
-        case 64: return eight ? decode_cluster_slots<64, __half, 8>(size) : decode_cluster_slots<64, __half, 4>(size);
-        case 128: return eight ? decode_cluster_slots<128, __half, 8>(size) : decode_cluster_slots<128, __half, 4>(size);
+        case 64: return slots.template operator()<64>();
+        case 128: return slots.template operator()<128>();
         default: return 0;
     }
 }

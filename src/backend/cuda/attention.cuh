@@ -95,6 +95,10 @@ bool launch_attention(CudaAttention variant, const DeviceBatch& batch, const int
                       int32_t n_sms, cudaStream_t stream, bool batch_invariant = false,
                       const QxView* qx = nullptr);
 
+// Tests: whether the F16/BF16 decode kernel takes its K/V tiles by tensor copies (TMA) where the
+// cache allows: 1 yes, 0 no (cp.async), -1 the default again (yes on sm_90, unless MVLLM_ATTN_TMA=0).
+void force_attention_tma(int mode);
+
 // How many CTAs of the F16 decode kernel (head_dim 64 or 128, 4 or 8 warps) can be resident at once
 // in thread-block clusters of `size` (the occupancy API's count of clusters x size; 0: none).
 int decode_cluster_slots_f16(int head_dim, int warps, int size);

@@ -14,6 +14,7 @@
 // are multiplied, which keeps them to ~16 bits (F16 keeps 11 bits with a single part).
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (a type only: the maps are made on the host, attention.cu)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -27,13 +28,24 @@ constexpr int kWarps = 8;     // warps per CTA by default (the kernel's W; 4 als
 constexpr int kTile = 16;    // context tokens per warp step
 constexpr int kStages = 3;   // tiles in flight per warp
 
-template <int HD, typename KT, int W = kWarps>
+// Tma: the tiles arrive by tensor copies, whose 128-byte swizzle wants the pipeline aligned to
+// 1024 bytes (the slack is what aligning the dynamic shared memory's start may skip).
+constexpr size_t kTmaAlign = 1024;
+template <int HD, typename KT, int W = kWarps, bool Tma = false>
 constexpr size_t shared_bytes() {
-    const size_t pipeline = static_cast<size_t>(W) * kStages * 2 * kTile * HD * sizeof(KT);
+    const size_t pipeline = static_cast<size_t>(W) * kStages * 2 * kTile * HD * sizeof(KT) + (Tma ? kTmaAlign : 0);
     // The warps' partial o and (max, sum), then the CTA's merged o for the cluster merge.
     const size_t merge = (static_cast<size_t>(W) * kHeadTile * (HD + 2) + kHeadTile * HD) * sizeof(float);
     return pipeline > merge ? pipeline : merge;
 }
+
+// The K and V caches of one layer as 2-D tensors [rows][head_dim] for the copy engine (rows: the
+// cache's (block, KV head, token) rows), boxes of 16 rows x 64 values with the 128-byte swizzle.
+struct KvTensorMaps {
+    CUtensorMap k, v;
+};
+// Head dims whose tiles the tensor copies can fill (one or two 128-byte boxes per row).
+__host__ __device__ constexpr bool tma_head_dim(int hd) { return hd == 64 || hd == 128; }
 static_assert(2 * kHeadTile * kMergeChunk * sizeof(float) <= shared_bytes<16, __half, 4>(),
               "the split merge's chunk fits the smallest kernel's shared memory");
 
@@ -70,11 +82,18 @@ __device__ __forceinline__ uint32_t pack_lo(const float (&rest)[2]) {
 
 // A tile is [kTile tokens][HD] of the KV type; its 16-byte chunks are XOR-swizzled by row so that
 // the eight rows an ldmatrix reads fall in different banks.
-template <int HD>
+// With Tma the tile is the copy engine's layout instead: [HD / 64][kTile rows][64 values], each
+// 128-byte row's 16-byte chunks swizzled by row % 8 (for HD = 64 the same as above).
+template <int HD, bool Tma = false>
 __device__ __forceinline__ int tile_offset(int row, int chunk) {
-    constexpr int kChunks = HD / 8;
-    constexpr int kMask = (kChunks < 8 ? kChunks : 8) - 1;
-    return row * HD + ((chunk ^ (row & kMask)) << 3);
+    if constexpr (Tma) {
+        static_assert(tma_head_dim(HD), "tensor-copy tiles");
+        return (chunk >> 3) * (kTile * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+    } else {
+        constexpr int kChunks = HD / 8;
+        constexpr int kMask = (kChunks < 8 ? kChunks : 8) - 1;
+        return row * HD + ((chunk ^ (row & kMask)) << 3);
+    }
 }
 
 // Where the tokens of one (sequence, KV head) sit in the paged cache, fixed for a CTA: token t is
@@ -120,6 +139,31 @@ __device__ __forceinline__ void load_tile(KT* sk, KT* sv, const KT* kc, const KT
         cp_async16(sk + s, kc + off, valid);
         cp_async16(sv + s, vc + off, valid);
     }
+}
+
+// Tma: lane 0 starts the tensor copies of tokens [t0, t0 + kTile) (one block's rows: the caller
+// checked rows.tile_in_block) into a K and a V tile, completing on bar. Rows past the context are
+// copied as the cache holds them: their K scores are masked, and the caller zeroes their V.
+template <int HD, typename KT>
+__device__ __forceinline__ void load_tile_tma(KT* sk, KT* sv, const KvTensorMaps& maps, const PagedRows& rows,
+                                              int32_t t0, uint64_t* bar, int lane) {
+    if (lane != 0) return;
+    const int32_t row0 = static_cast<int32_t>(rows.row(t0));
+    mbar_arrive_expect_tx(bar, 2 * kTile * HD * sizeof(KT));
+#pragma unroll
+    for (int h = 0; h < HD / 64; ++h) {
+        tma_load_2d(sk + h * kTile * 64, &maps.k, h * 64, row0, bar);
+        tma_load_2d(sv + h * kTile * 64, &maps.v, h * 64, row0, bar);
+    }
+}
+
+// Tma: zeroes the V rows of a tile from `first` on (tokens past the context), so that their zero
+// probabilities multiply zeros, whatever the cache held there.
+template <int HD, typename KT>
+__device__ __forceinline__ void zero_v_rows(KT* sv, int first, int lane) {
+    constexpr int kChunks = HD / 8;
+    for (int i = first * kChunks + lane; i < kTile * kChunks; i += 32)
+        *reinterpret_cast<uint4*>(sv + tile_offset<HD, true>(i / kChunks, i % kChunks)) = make_uint4(0, 0, 0, 0);
 }
 
 // The L2 lines of load_tile's K and V tiles (one prefetch per 128-byte line).
@@ -194,13 +238,14 @@ struct Timeline {
 // takes batch row rows[x] (the short sequences' rows when the prefill kernel takes the chunks), else
 // row x. Launch: grid (rows ? their count : n_tokens, n_kv_heads * n_head_tiles, n_splits), clusters
 // of (1, 1, cluster) CTAs (n_splits a multiple of cluster <= kMaxClusterSplits), W * 32 threads,
-// shared_bytes<HD, KT, W>() of dynamic shared memory.
-template <int HD, typename KT, int W>
+// shared_bytes<HD, KT, W, Tma>() of dynamic shared memory. Tma: the K/V tiles come by tensor copies
+// (maps; block_size a multiple of kTile), else by cp.async (kc, vc).
+template <int HD, typename KT, int W, bool Tma>
 __global__ void __launch_bounds__(W * 32, 8 / W)
     decode_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv,
                   const float* q, int32_t n_heads, float scale_log2, int32_t split_tokens,
                   int32_t n_splits, void* out, DType out_type, float* part_o, float* part_ml, int32_t* counters,
-                  const int32_t* rows, int early, int cluster, QxView qx) {
+                  const int32_t* rows, int early, int cluster, QxView qx, const __grid_constant__ KvTensorMaps maps) {
     pdl_trigger();
     Timeline tl;
     tl.mark(0);
@@ -229,12 +274,32 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t4 = lane & 3;  // mma fragment coordinates
-    KT* pipe = reinterpret_cast<KT*>(smem) + static_cast<size_t>(warp) * kStages * 2 * kTile * HD;
+    uint8_t* pipe_base = smem;
+    if constexpr (Tma)
+        pipe_base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem) + kTmaAlign - 1) & ~(kTmaAlign - 1));
+    KT* pipe = reinterpret_cast<KT*>(pipe_base) + static_cast<size_t>(warp) * kStages * 2 * kTile * HD;
+    // Tma: one barrier per stage of this warp; the tile i uses stage i % kStages, whose use number
+    // i / kStages is the phase to wait for.
+    __shared__ uint64_t stage_bar[Tma ? W * kStages : 1];
+    uint64_t* bar = stage_bar + (Tma ? warp * kStages : 0);
+    if constexpr (Tma) {
+        if (lane == 0)
+#pragma unroll
+            for (int s = 0; s < kStages; ++s) mbar_init(bar + s, 1);
+        mbar_init_fence();
+        __syncwarp();
+    }
     const int32_t n_my = t_end > t_begin + warp * kTile ? (t_end - t_begin - warp * kTile + W * kTile - 1) /
                                                               (W * kTile)
                                                         : 0;
     auto tile_start = [&](int32_t i) { return t_begin + (i * W + warp) * kTile; };
     auto stage_k = [&](int32_t i) { return pipe + (i % kStages) * 2 * kTile * HD; };
+    auto issue = [&](int32_t i) {  // starts tile i's copies
+        if constexpr (Tma)
+            load_tile_tma<HD>(stage_k(i), stage_k(i) + kTile * HD, maps, paged, tile_start(i), bar + i % kStages, lane);
+        else
+            load_tile<HD>(stage_k(i), stage_k(i) + kTile * HD, kc, vc, paged, tile_start(i), t_end, lane);
+    };
     // Everything above read only the step's metadata. The K/V of tokens cached before this step
     // is no kernel's output: the warp's first tiles that lie wholly before the step's first new
     // token start their copies while the previous kernel (which writes q and the new tokens' K/V)
@@ -244,7 +309,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     if (early) {
         const int32_t first_new = batch.seq_context_len[seq] - batch.seq_n_tokens[seq];
         for (; n_pre < kStages - 1 && n_pre < n_my && tile_start(n_pre) + kTile <= first_new; ++n_pre) {
-            load_tile<HD>(stage_k(n_pre), stage_k(n_pre) + kTile * HD, kc, vc, paged, tile_start(n_pre), t_end, lane);
+            issue(n_pre);
             cp_async_commit();
         }
     } else {
@@ -258,8 +323,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     // The first tiles not loaded before the wait (those holding the step's new tokens) start
     // before Q is read, so that their round trip and Q's overlap.
     for (int32_t s = n_pre; s < kStages - 1; ++s) {
-        if (s < n_my)
-            load_tile<HD>(stage_k(s), stage_k(s) + kTile * HD, kc, vc, paged, tile_start(s), t_end, lane);
+        if (s < n_my) issue(s);
         cp_async_commit();
     }
 
@@ -289,17 +353,23 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
 
     for (int32_t i = 0; i < n_my; ++i) {
-        cp_async_wait<kStages - 2>();
+        if constexpr (Tma) mbar_wait(bar + i % kStages, static_cast<uint32_t>(i / kStages) & 1);
+        else cp_async_wait<kStages - 2>();
         __syncwarp();
         {
             const int32_t next = i + kStages - 1;
-            if (next < n_my)
-                load_tile<HD>(stage_k(next), stage_k(next) + kTile * HD, kc, vc, paged, tile_start(next), t_end, lane);
+            if (next < n_my) issue(next);
             cp_async_commit();
         }
         const KT* sk = stage_k(i);
-        const KT* sv = sk + kTile * HD;
+        KT* sv = stage_k(i) + kTile * HD;
         const int32_t t0 = tile_start(i);
+        if constexpr (Tma) {
+            if (t0 + kTile > t_end) {
+                zero_v_rows<HD>(sv, t_end - t0, lane);
+                __syncwarp();
+            }
+        }
 
         // S = Q K^T: s[nt] covers tokens t0 + nt * 8 + (2 * t4, 2 * t4 + 1) for rows g, g + 8.
         float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
@@ -308,7 +378,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
             const int mi = lane >> 3;
             const int r = (mi >> 1) * 8 + (lane & 7);
             uint32_t b[4];
-            ldmatrix_x4(b, sk + tile_offset<HD>(r, 2 * kk + (mi & 1)));
+            ldmatrix_x4(b, sk + tile_offset<HD, Tma>(r, 2 * kk + (mi & 1)));
             mma<KT>(s[0], qa[kk], b[0], b[1]);
             mma<KT>(s[1], qa[kk], b[2], b[3]);
             if constexpr (Pack<KT>::kSplit) {
@@ -365,7 +435,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
             const int mi = lane >> 3;
             const int r = (mi & 1) * 8 + (lane & 7);
             uint32_t b[4];
-            ldmatrix_x4_trans(b, sv + tile_offset<HD>(r, n + (mi >> 1)));
+            ldmatrix_x4_trans(b, sv + tile_offset<HD, Tma>(r, n + (mi >> 1)));
             mma<KT>(o[n], pa, b[0], b[1]);
             mma<KT>(o[n + 1], pa, b[2], b[3]);
             if constexpr (Pack<KT>::kSplit) {

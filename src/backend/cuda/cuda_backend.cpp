@@ -416,6 +416,7 @@ cuda::DeviceKvLayer device_layer(KvCache& cache, int32_t layer) {
     d.n_kv_heads = v.n_kv_heads;
     d.head_dim = v.head_dim;
     d.block_size = v.block_size;
+    d.n_rows = cache.config().n_blocks * v.n_kv_heads * v.block_size;
     return d;
 }
 }  // namespace

@@ -43,6 +43,7 @@ struct DeviceKvLayer {
     int32_t n_kv_heads = 0;
     int32_t head_dim = 0;
     int32_t block_size = 16;
+    int64_t n_rows = 0;  // rows of head_dim values in k (and in v): blocks x n_kv_heads x block_size
 };
 
 }  // namespace mvllm::cuda
