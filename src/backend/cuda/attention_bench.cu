@@ -223,6 +223,7 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
                 kv.n_kv_heads = g.n_kv_heads;
                 kv.head_dim = g.head_dim;
                 kv.block_size = bs;
+                kv.n_rows = n_blocks * g.n_kv_heads * bs;
                 launch_attention(variant, db, d_ctx_off, static_cast<int64_t>(rs.batch) * rs.ctx, kv, q, out,
                                  g.n_heads, scale, scratch, prop.multiProcessorCount, stream);
             };
