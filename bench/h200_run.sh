@@ -21,8 +21,10 @@ model() {  # model PRESET TYPE -> path (made once)
   echo "$f"
 }
 if has build; then
+  # COMMIT=hash: the commit stamped into the results (the machine's copy of the tree may carry
+  # stale git metadata: pass it from the checkout that sent the tree, e.g. in a carried file).
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMVLLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90a} \
-    -DMVLLM_BUILD_BENCH=OFF > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
+    -DMVLLM_BUILD_BENCH=OFF -DMVLLM_COMMIT="${COMMIT:-}" > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
   cmake --build build-gpu -j16 --target test_cuda mvllm >> "$LOG/build.log" 2>&1 ||
     { grep -E "error" -A3 "$LOG/build.log" | head -40; exit 1; }
   echo "build done in $(( $(date +%s) - t0 )) s"
