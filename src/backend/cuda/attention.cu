@@ -1,17 +1,13 @@
 #include "backend/cuda/attention.cuh"
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <vector>
 #include <string>
 #include <cstdint>
-#include <tuple>
 #include <type_traits>
 
 #include "backend/backend.h"
@@ -493,7 +489,7 @@ template <int HD, typename KT, int W, bool Tma>
 void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                    int32_t n_heads, float scale_log2, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
                    bool batch_invariant, const int32_t* rows, int32_t decode_rows, const QxView& qx,
-                   const mma_decode::KvTensorMaps& maps) {
+                   const KvTensorMaps& maps) {
     constexpr size_t kShared = mma_decode::shared_bytes<HD, KT, W, Tma>();
     static const int ctas_per_sm = decode_ctas_per_sm<HD, KT, W, Tma>();
     const int32_t group = n_heads / kv.n_kv_heads;
@@ -527,75 +523,13 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
-// ---- Tensor maps of the KV cache (the decode kernel's tensor copies) -------------------------------
-
-// Whether the decode kernel's tiles come by tensor copies where the cache allows it
-// (MVLLM_ATTN_TMA=0: cp.async everywhere, for A/B measurements).
-std::atomic<int> forced_tma{-1};  // force_attention_tma
-bool attention_tma_enabled() {
-    static const bool sm90 = [] {
-        int device = 0, major = 0;
-        cudaGetDevice(&device);
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-        cudaGetLastError();
-        return major >= 9;
-    }();
-    static const bool env_on = env_int("MVLLM_ATTN_TMA", 1) != 0;
-    const int forced = forced_tma.load();
-    return sm90 && (forced >= 0 ? forced == 1 : env_on);
-}
-
-// One layer's K (or V) as a 2-D tensor [rows][head_dim] of 16-bit values, boxes of 16 rows x 64
-// values, 128-byte swizzle (attention_mma.cuh's tile layout). False when the driver cannot make it.
-bool encode_kv_map(const void* base, int64_t n_rows, int32_t head_dim, CUtensorMap* map) {
-    using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-    static void* encode = [] {
-        void* f = nullptr;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess)
-            f = nullptr;
-        cudaGetLastError();
-        return f;
-    }();
-    if (encode == nullptr) return false;
-    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(n_rows)};
-    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(head_dim) * 2};
-    const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(mma_decode::kTile)};
-    const cuuint32_t elem_strides[2] = {1, 1};
-    return reinterpret_cast<Encode>(encode)(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims,
-                                            strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// The maps of a layer's K and V, made once per (cache storage, size) and kept; false where the
-// decode kernel must use cp.async (a head_dim or block size the tiles do not fit, rows past int32).
-bool kv_tensor_maps(const DeviceKvLayer& kv, mma_decode::KvTensorMaps* maps) {
-    if (!attention_tma_enabled() || !mma_decode::tma_head_dim(kv.head_dim) || kv.block_size % mma_decode::kTile != 0 ||
-        kv.n_rows <= 0 || kv.n_rows > INT32_MAX)
-        return false;
-    using Key = std::tuple<const void*, const void*, int64_t, int32_t>;
-    static std::mutex mu;
-    static std::map<Key, std::pair<bool, mma_decode::KvTensorMaps>> made;
-    std::lock_guard<std::mutex> lock(mu);
-    auto [it, fresh] = made.try_emplace(Key{kv.k, kv.v, kv.n_rows, kv.head_dim});
-    if (fresh)
-        it->second.first = encode_kv_map(kv.k, kv.n_rows, kv.head_dim, &it->second.second.k) &&
-                           encode_kv_map(kv.v, kv.n_rows, kv.head_dim, &it->second.second.v);
-    if (it->second.first) *maps = it->second.second;
-    return it->second.first;
-}
-
 // The decode kernel with W warps, by tensor copies where the layer allows them.
 template <int HD, typename KT, int W>
 void decode_dispatch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                      int32_t n_heads, float scale_log2, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
                      bool batch_invariant, const int32_t* rows, int32_t decode_rows, const QxView& qx) {
-    mma_decode::KvTensorMaps maps;
-    if constexpr (mma_decode::tma_head_dim(HD)) {
+    KvTensorMaps maps;
+    if constexpr (tma_head_dim(HD)) {
         if (kv_tensor_maps(kv, &maps)) {
             decode_launch<HD, KT, W, true>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream,
                                            batch_invariant, rows, decode_rows, qx, maps);
@@ -709,8 +643,6 @@ bool attention_typed(CudaAttention variant, const DeviceBatch& batch, const int6
 }
 
 }  // namespace
-
-void force_attention_tma(int mode) { forced_tma.store(mode); }
 
 int decode_cluster_slots_f16(int head_dim, int warps, int size) {
     const bool eight = warps == 8, tma = attention_tma_enabled();

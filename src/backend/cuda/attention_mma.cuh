@@ -14,12 +14,12 @@
 // are multiplied, which keeps them to ~16 bits (F16 keeps 11 bits with a single part).
 #pragma once
 
-#include <cuda.h>  // CUtensorMap (a type only: the maps are made on the host, attention.cu)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "backend/cuda/attention_merge.cuh"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kv_tensor_maps.h"
 #include "backend/cuda/mma_ptx.cuh"
 
 namespace mvllm::cuda::mma_decode {
@@ -38,14 +38,7 @@ constexpr size_t shared_bytes() {
     const size_t merge = (static_cast<size_t>(W) * kHeadTile * (HD + 2) + kHeadTile * HD) * sizeof(float);
     return pipeline > merge ? pipeline : merge;
 }
-
-// The K and V caches of one layer as 2-D tensors [rows][head_dim] for the copy engine (rows: the
-// cache's (block, KV head, token) rows), boxes of 16 rows x 64 values with the 128-byte swizzle.
-struct KvTensorMaps {
-    CUtensorMap k, v;
-};
-// Head dims whose tiles the tensor copies can fill (one or two 128-byte boxes per row).
-__host__ __device__ constexpr bool tma_head_dim(int hd) { return hd == 64 || hd == 128; }
+static_assert(kKvMapRows == kTile, "a tensor-copy box is one tile of tokens (kv_tensor_maps.h)");
 static_assert(2 * kHeadTile * kMergeChunk * sizeof(float) <= shared_bytes<16, __half, 4>(),
               "the split merge's chunk fits the smallest kernel's shared memory");
 
