@@ -1,0 +1,83 @@
+// The decode attention's split plans (host rules, no GPU needed): how many context splits a
+// batch's rows take, and when the splits of a row merge through a thread-block cluster.
+#include <algorithm>
+#include <bit>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/common.cuh"
+
+namespace mvllm::cuda {
+
+FusedSplit fused_split(int32_t n_rows, int32_t n_kv_heads, int32_t n_head_tiles, int32_t max_context,
+                       int32_t n_sms, bool batch_invariant) {
+    if (batch_invariant) return {static_cast<int32_t>(ceil_div(max_context, kInvariantSplitTokens)), kInvariantSplitTokens};
+    // Aim for about four CTAs per SM, never fewer than 64 context tokens per split.
+    constexpr int32_t kMinSplitTokens = 64;
+    const int64_t base = static_cast<int64_t>(n_rows) * n_kv_heads * n_head_tiles;
+    const int64_t want = ceil_div(4LL * std::max(n_sms, 1), std::max<int64_t>(base, 1));
+    const int64_t most = std::max<int64_t>(1, ceil_div(max_context, kMinSplitTokens));
+    FusedSplit s;
+    s.n_splits = static_cast<int32_t>(std::clamp<int64_t>(want, 1, most));
+    s.split_tokens = static_cast<int32_t>(ceil_div(ceil_div(max_context, s.n_splits), 16) * 16);
+    s.n_splits = static_cast<int32_t>(ceil_div(max_context, s.split_tokens));
+    return s;
+}
+
+FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
+                     int32_t min_split_tokens, int32_t granule) {
+    // The fewest splits that minimise (waves of CTAs) x (tokens per split): every CTA runs about
+    // as long as its split, and a partial last wave costs as much as a full one.
+    const int64_t base = std::max<int64_t>(1, static_cast<int64_t>(n_rows) * n_ctas_per_row);
+    // A batch that fills every slot already (a long prefill chunk, many decodes) gains nothing
+    // from splitting, and its split partials would grow with rows x splits (116 GiB for a
+    // 32K-token prefill of the 7B geometry): one split.
+    const int64_t most = base >= n_slots ? 1 : std::max<int64_t>(1, ceil_div(max_context, min_split_tokens));
+    int64_t best_n = 1, best_cost = INT64_MAX;
+    for (int64_t n = 1; n <= most; ++n) {
+        if (n > granule && n % granule != 0) continue;
+        const int64_t cost = ceil_div(base * n, std::max(n_slots, 1)) * ceil_div(max_context, n);
+        if (cost < best_cost) best_cost = cost, best_n = n;
+    }
+    FusedSplit s;
+    s.split_tokens = static_cast<int32_t>(ceil_div(ceil_div(max_context, best_n), 16) * 16);
+    s.n_splits = static_cast<int32_t>(ceil_div(max_context, s.split_tokens));
+    return s;
+}
+
+DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
+                       int32_t cluster_slots, int32_t short_split, int32_t min_split_tokens, int mode,
+                       bool batch_invariant) {
+    DecodePlan plan;
+    // Batch-invariant: the fixed split positions of fused_split (the in-kernel merges walk a row's
+    // active splits in order, so a row's result depends on its own context only).
+    if (batch_invariant) {
+        plan.split = fused_split(n_rows, n_ctas_per_row, 1, max_context, n_slots, true);
+        return plan;
+    }
+    plan.split = mma_split(n_rows, n_ctas_per_row, max_context, n_slots, min_split_tokens);
+    // Clusters where the CTAs are short (the merge then being much of the kernel's time: 7B at
+    // 512 tokens 6.2 -> 5.3 us, 0.5B 4.8 -> 3.9) and the cluster plan runs in one wave of the slots
+    // that clusters leave (120 CTAs of 8-CTA clusters at head_dim 128 on the H200, against 132
+    // single CTAs): plans of several waves of clusters measured up to three times slower (7B at
+    // 32K 25.8 -> 49.3 us, 16 x 4K 42 -> 125; bench/NOTES.md, thirteenth session).
+    const bool any_plan = mode == 3;  // measurements only: clusters for any split length and wave count
+    if (mode == 0 || cluster_slots <= 0 || plan.split.n_splits <= 1 ||
+        (plan.split.split_tokens > short_split && !any_plan))
+        return plan;
+    const FusedSplit c = mma_split(n_rows, n_ctas_per_row, max_context, cluster_slots, min_split_tokens,
+                                   kMaxDecodeCluster);
+    // Clusters come in powers of two; splits past the plan's last one idle.
+    const int32_t size = std::min<int32_t>(static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(c.n_splits))),
+                                           kMaxDecodeCluster);
+    const int32_t padded = static_cast<int32_t>(ceil_div(c.n_splits, size) * size);
+    const bool one_wave = static_cast<int64_t>(n_rows) * n_ctas_per_row * padded <= cluster_slots;
+    if (c.n_splits > 1 && ((c.split_tokens <= short_split && one_wave) || any_plan) &&
+        (mode != 1 || c.n_splits <= kMaxDecodeCluster)) {
+        plan.split.n_splits = padded;
+        plan.split.split_tokens = c.split_tokens;
+        plan.cluster = size;
+    }
+    return plan;
+}
+
+}  // namespace mvllm::cuda
