@@ -8,12 +8,17 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "backend/cuda/gemm_tiles.cuh"
+#include "backend/cuda/gemv_stream.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "model/generate.h"
 #include "cuda_test_util.h"
 
 namespace mvllm::test {
 namespace {
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 struct MatmulCase {
     DType weight;
@@ -127,6 +132,117 @@ TEST(CudaOps, DecodeGemvLargeShapes) {
                 if (n_tokens == 1) std::printf("gemv %s %ldx%ld: rel err %.3g\n", type_name(type), long(sh.n_in), long(sh.n_out), err);
             }
         }
+    }
+}
+
+// The streaming GEMV (gemv_stream.cuh: rows by bulk copies through a shared-memory ring, one CTA
+// per SM) against the register GEMV on the same QX column, for every quantised type: a matrix
+// whose CTAs wrap the ring (3584 x 8192), long rows split over 4-8 warps (18944 x 1024), a small
+// one (1024 x 200), with bias, as a residual add, and the gate/up pair with SwiGLU. Where the plan
+// splits rows over 1, 2 or 4 warps, the register GEMV runs with that K split, and the sums (same
+// items, same order) must be the same bits; over 8 warps (no such K split), within 1e-5.
+TEST(CudaOps, StreamingGemvEqualsRegisterGemv) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda();
+    ASSERT_TRUE(be);
+    struct Shape {
+        int64_t n_in, n_out;
+    };
+    uint64_t seed = 900;
+    for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+        for (const Shape& sh : {Shape{3584, 8192}, Shape{18944, 1024}, Shape{1024, 200}}) {
+            SCOPED_TRACE(std::string(type_name(type)) + " " + std::to_string(sh.n_in) + "x" + std::to_string(sh.n_out));
+            std::vector<uint8_t> wb = encode_rows(type, random_floats(static_cast<size_t>(sh.n_in * sh.n_out), seed++, 0.5f), sh.n_in);
+            std::vector<uint8_t> ub = encode_rows(type, random_floats(static_cast<size_t>(sh.n_in * sh.n_out), seed++, 0.5f), sh.n_in);
+            auto w = be->upload_weight(host_view(type, sh.n_in, sh.n_out, wb.data()));
+            auto u = be->upload_weight(host_view(type, sh.n_in, sh.n_out, ub.data()));
+            std::vector<float> bias = random_floats(static_cast<size_t>(sh.n_out), seed++, 0.1f);
+            auto b = be->upload_weight(host_view(DType::F32, sh.n_out, 1, bias.data()));
+            ASSERT_TRUE(w.is_ok() && u.is_ok() && b.is_ok());
+            const std::vector<float> xv = random_floats(static_cast<size_t>(sh.n_in), seed++);
+            const std::vector<float> acc0 = random_floats(static_cast<size_t>(sh.n_out), seed++);
+            // out = W x + bias; acc += W x; hidden = silu(W x) * (U x).
+            auto run = [&](int mode, int k_split, std::vector<float>* out, std::vector<float>* acc, std::vector<float>* hidden) {
+                cuda::set_gemv_stream_mode(mode);
+                cuda::set_gemv_k_split(k_split);
+                TensorView x = begin_with_input(*be, xv, sh.n_in, 1);
+                TensorView o = be->alloc(DType::F32, sh.n_out, 1), a = be->alloc(DType::F32, sh.n_out, 1);
+                TensorView h = be->alloc(DType::F32, sh.n_out, 1), gu = be->alloc(DType::F32, 2 * sh.n_out, 1);
+                TensorView s1 = be->alloc(DType::F32, sh.n_out, 1);
+                be->upload(acc0.data(), a);
+                be->matmul(*w, x, *b, o);
+                be->matmul_add(*w, x, a, s1);
+                be->matmul_swiglu(*w, *u, x, h, gu);
+                for (auto [t, v] : {std::pair{o, out}, std::pair{a, acc}, std::pair{h, hidden}}) {
+                    v->resize(static_cast<size_t>(sh.n_out));
+                    be->to_host(t, v->data());
+                }
+            };
+            for (bool pair : {false, true}) {
+                const cuda::GemvStreamPlan plan = cuda::gemv_stream_plan(type, sh.n_in, sh.n_out, pair, be->sm_count(), true);
+                ASSERT_TRUE(plan.ok) << "pair " << pair;
+                SCOPED_TRACE("pair " + std::to_string(pair) + " warps per row " + std::to_string(plan.wpr) + " stages " +
+                             std::to_string(plan.n_stages) + " rows per stage " + std::to_string(plan.rows_per_stage));
+                std::vector<float> ro, ra, rh, so, sa, sh2;
+                const int ks = plan.wpr <= 4 ? plan.wpr : 0;
+                run(0, ks, &ro, &ra, &rh);
+                run(2, 0, &so, &sa, &sh2);
+                if (!pair) {
+                    if (ks) {
+                        EXPECT_TRUE(same_bits(so, ro));
+                        EXPECT_TRUE(same_bits(sa, ra));
+                    } else {
+                        EXPECT_LE(rel_max_error(so, ro), 1e-5);
+                        EXPECT_LE(rel_max_error(sa, ra), 1e-5);
+                    }
+                } else if (ks) {
+                    EXPECT_TRUE(same_bits(sh2, rh));
+                } else {
+                    EXPECT_LE(rel_max_error(sh2, rh), 1e-5);
+                }
+            }
+        }
+    }
+    cuda::set_gemv_stream_mode(-1);
+    cuda::set_gemv_k_split(0);
+}
+
+// The streaming GEMV's rules (host only, no GPU): on 132 SMs it takes the 7B's large decode
+// matrices with a CTA imbalance of at most 6 %, leaves matrices under 8 MB to the register GEMV,
+// refuses row counts that are not a multiple of 8 and unquantised weights, and each plan's shared
+// memory lets two CTAs (of consecutive GEMVs) share an SM.
+TEST(CudaOps, StreamingGemvPlanRules) {
+    struct Case {
+        DType type;
+        int64_t n_in, n_out;
+        bool pair, ok;
+        int wpr;
+    };
+    const Case cases[] = {
+        {DType::Q4_0, 3584, 18944, true, true, 2},    // 7B gate/up + SwiGLU
+        {DType::Q4_0, 18944, 3584, false, true, 4},   // 7B down
+        {DType::Q4_0, 3584, 4608, false, true, 2},    // 7B QKV
+        {DType::Q4_0, 3584, 3584, false, false, 0},   // 7B O: 7.2 MB
+        {DType::Q6_K, 3584, 152064, false, true, 1},  // 7B LM head of a q4_0 file
+        {DType::Q4_K, 3584, 18944, true, true, 2},
+        {DType::Q6_K, 18944, 3584, false, true, 8},
+        {DType::Q4_0, 896, 4864, true, false, 0},     // 0.5B gate/up: 4.9 MB
+        {DType::Q4_0, 4864, 896, false, false, 0},    // 0.5B down
+        {DType::Q4_0, 3584, 18940, false, false, 0},  // rows not a multiple of 8
+        {DType::F16, 3584, 18944, false, false, 0},
+    };
+    for (const Case& c : cases) {
+        const cuda::GemvStreamPlan p = cuda::gemv_stream_plan(c.type, c.n_in, c.n_out, c.pair, 132, false);
+        SCOPED_TRACE(std::string(type_name(c.type)) + " " + std::to_string(c.n_in) + "x" + std::to_string(c.n_out));
+        ASSERT_EQ(p.ok, c.ok);
+        if (!p.ok) continue;
+        EXPECT_EQ(p.wpr, c.wpr);
+        const int64_t upp = 8 / p.wpr, per = (p.units + p.n_ctas - 1) / p.n_ctas;
+        EXPECT_EQ(p.units * upp, c.n_out);
+        EXPECT_LE(static_cast<double>(per * p.n_ctas) / p.units, 1.06);
+        EXPECT_EQ(p.rows_per_stage % upp, 0);
+        EXPECT_GE(p.n_stages, 2);
+        EXPECT_LE(2 * (p.smem_bytes + 1024), 228 << 10);
     }
 }
 

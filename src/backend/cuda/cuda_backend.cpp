@@ -195,7 +195,9 @@ Result<TensorView> CudaBackend::upload_weight(const TensorView& host) {
         return make_error("quantised weight rows of ", host.ne[0], " values are not supported by the CUDA backend");
     const size_t bytes = host.n_bytes();
     void* ptr = nullptr;
-    const cudaError_t err = cudaMalloc(&ptr, std::max<size_t>(bytes, 1));
+    // 16 bytes of slack past the scale plane: the streaming GEMV's bulk copies of a stage's scales
+    // end on a 16-byte boundary (weight_layout.h).
+    const cudaError_t err = cudaMalloc(&ptr, bytes + cuda::kWeightSlackBytes);
     if (err != cudaSuccess) {
         cudaGetLastError();
         return make_error("out of GPU memory: weight ", shape_string(host.ne), " ", type_name(host.type), " (",
@@ -370,7 +372,7 @@ void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up
     const bool stackable = same && w_gate.ne[1] % 4 == 0;  // the SwiGLU kernel's 16-byte loads
     if (const cuda::QxView* qx = same ? im.qx_for(w_gate, x, &storage) : nullptr) {
         im.wrote(out);
-        cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream);
+        cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream, im.options.batch_invariant);
         return;
     }
     // Larger batches on quantised weights: gate and up as one product (the quantised tile GEMM

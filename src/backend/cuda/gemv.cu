@@ -1,11 +1,14 @@
 #include "backend/cuda/gemv.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/env.h"
+#include "backend/cuda/gemv_items.cuh"
+#include "backend/cuda/gemv_stream.cuh"
 #include "backend/cuda/qx.cuh"
 #include "backend/cuda/rope.cuh"
 
@@ -13,220 +16,6 @@ namespace mvllm::cuda {
 namespace {
 
 constexpr int kGemvWarps = 4;  // warps per CTA; each warp owns R output rows
-
-// dp4a with the signedness of each operand spelled out (a: 4 bytes, b: 4 bytes, c: accumulator).
-__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
-    int d;
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-__device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
-    int d;
-    asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-__device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) {
-    int d;
-    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-
-// Weights are read once: streamed past L1 with an evict-first hint for L2.
-__device__ __forceinline__ uint4 load_weight16(const uint8_t* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
-__device__ __forceinline__ uint4 load_x16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
-
-// One 32-value QX block of one token: hi and lo bytes (2 x 16 B each) and the meta record.
-struct XBlock {
-    uint4 h0, h1, l0, l1;
-    int4 meta;
-};
-__device__ __forceinline__ XBlock load_x_block(const QxView& x, int t, int64_t chunk) {
-    const int64_t off = t * x.n_in + chunk * 32;
-    XBlock b;
-    b.h0 = load_x16(x.hi + off);
-    b.h1 = load_x16(x.hi + off + 16);
-    b.l0 = load_x16(x.lo + off);
-    b.l1 = load_x16(x.lo + off + 16);
-    b.meta = __ldg(x.meta + t * (x.n_in / 32) + chunk);
-    return b;
-}
-
-// sum_k q[k] * X[k] over 16 unsigned weight bytes q (4 words) and 16 values of X (hi, lo words).
-__device__ __forceinline__ int dot16_u(const uint32_t (&q)[4], const uint4& h, const uint4& l) {
-    int a = 0, b = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        a = dp4a_us(q[j], word(h, j), a);
-        b = dp4a_uu(q[j], word(l, j), b);
-    }
-    return a * 256 + b;
-}
-
-// The work unit of one lane for each weight type ("item"): its weight registers, the QX values it
-// needs, and their dot product (f32, scaled).
-template <DType T> struct Item;
-
-// Q4_0: one block (32 values): 16 B of nibbles (value k low, k + 16 high) and d.
-template <>
-struct Item<DType::Q4_0> {
-    static constexpr int kValues = 32, kParts = 1;
-    using X = XBlock;
-    uint4 q;
-    float d;
-    __device__ __forceinline__ void load(const QuantMatrix& m, int64_t row, int64_t it) {
-        const int64_t i = row * m.blocks_per_row + it;
-        q = load_weight16(m.body + i * 16);
-        d = load_half_bits(m.scales + 2 * i);
-    }
-    static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int) { return load_x_block(x, t, it); }
-    __device__ __forceinline__ float dot(const X& x, int) const {
-        const uint32_t lo[4] = {q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu};
-        const uint32_t hi[4] = {(q.x >> 4) & 0x0F0F0F0Fu, (q.y >> 4) & 0x0F0F0F0Fu, (q.z >> 4) & 0x0F0F0F0Fu,
-                                (q.w >> 4) & 0x0F0F0F0Fu};
-        const int s = dot16_u(lo, x.h0, x.l0) + dot16_u(hi, x.h1, x.l1) - 8 * (x.meta.y + x.meta.z);
-        return d * __int_as_float(x.meta.x) * static_cast<float>(s);
-    }
-};
-
-// Q8_0: one block (32 values): 32 signed bytes and d.
-template <>
-struct Item<DType::Q8_0> {
-    static constexpr int kValues = 32, kParts = 1;
-    using X = XBlock;
-    uint4 q0, q1;
-    float d;
-    __device__ __forceinline__ void load(const QuantMatrix& m, int64_t row, int64_t it) {
-        const int64_t i = row * m.blocks_per_row + it;
-        q0 = load_weight16(m.body + i * 32);
-        q1 = load_weight16(m.body + i * 32 + 16);
-        d = load_half_bits(m.scales + 2 * i);
-    }
-    static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int) { return load_x_block(x, t, it); }
-    __device__ __forceinline__ float dot(const X& x, int) const {
-        int a = 0, b = 0;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            a = dp4a_ss(word(q0, j), word(x.h0, j), a);
-            a = dp4a_ss(word(q1, j), word(x.h1, j), a);
-            b = dp4a_us(word(x.l0, j), word(q0, j), b);
-            b = dp4a_us(word(x.l1, j), word(q1, j), b);
-        }
-        return d * __int_as_float(x.meta.x) * static_cast<float>(a * 256 + b);
-    }
-};
-
-// Q4_K: two sub-blocks (2g, 2g + 1) of a super-block: its 16-byte header (d, dmin, 12 bytes of
-// 6-bit scales and mins) and the 32 bytes of nibbles they share (2g low, 2g + 1 high).
-template <>
-struct Item<DType::Q4_K> {
-    static constexpr int kValues = 64, kParts = 2;  // part p: sub-block 2g + p
-    using X = XBlock;
-    uint4 head, q0, q1;
-    int g;
-    __device__ __forceinline__ void load(const QuantMatrix& m, int64_t row, int64_t it) {
-        const uint8_t* b = m.body + (row * m.blocks_per_row + (it >> 2)) * 144;
-        g = static_cast<int>(it & 3);
-        head = __ldg(reinterpret_cast<const uint4*>(b));  // shared by the super-block's 4 lanes: via L1
-        q0 = load_weight16(b + 16 + 32 * g);
-        q1 = load_weight16(b + 32 + 32 * g);
-    }
-    static __device__ __forceinline__ void prefetch(const QuantMatrix& m, int64_t row, int64_t it) {
-        const uint8_t* b = m.body + (row * m.blocks_per_row + (it >> 2)) * 144;
-        prefetch_l2(b);
-        prefetch_l2(b + 16 + 32 * (it & 3));
-    }
-    static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int p) {
-        return load_x_block(x, t, (it >> 2) * 8 + 2 * (it & 3) + p);
-    }
-    // Scale and min of sub-block j from the 12 packed bytes s[0..11] (head bytes 4..15).
-    __device__ __forceinline__ void scale_min(int j, int* sc, int* mn) const {
-        const uint32_t w[3] = {head.y, head.z, head.w};
-        auto byte = [&](int k) { return static_cast<int>((w[k >> 2] >> (8 * (k & 3))) & 0xFF); };
-        if (j < 4) {
-            *sc = byte(j) & 63;
-            *mn = byte(j + 4) & 63;
-        } else {
-            *sc = (byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4);
-            *mn = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
-        }
-    }
-    __device__ __forceinline__ float dot(const X& x, int p) const {
-        const float d = __half2float(__ushort_as_half(static_cast<uint16_t>(head.x & 0xFFFF)));
-        const float dmin = __half2float(__ushort_as_half(static_cast<uint16_t>(head.x >> 16)));
-        int sc, mn;
-        scale_min(2 * g + p, &sc, &mn);
-        const int shift = 4 * p;  // sub-block 2g: low nibbles, 2g + 1: high nibbles
-        uint32_t a[4], b[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            a[j] = (word(q0, j) >> shift) & 0x0F0F0F0Fu;
-            b[j] = (word(q1, j) >> shift) & 0x0F0F0F0Fu;
-        }
-        const int s = dot16_u(a, x.h0, x.l0) + dot16_u(b, x.h1, x.l1);
-        const float sum = static_cast<float>(x.meta.y + x.meta.z);
-        return __int_as_float(x.meta.x) * (d * sc * static_cast<float>(s) - dmin * mn * sum);
-    }
-};
-
-// Q6_K: a quarter of a super-block: half h = (it & 3) >> 1, positions l0 .. l0 + 15 with
-// l0 = 16 (it & 1), i.e. four groups of 16 values (128 h + 32 k + l0 + i, k = 0..3), each with
-// its own int8 scale. Loads ql (2 x 16 B), qh (16 B), the 16 scales, d.
-template <>
-struct Item<DType::Q6_K> {
-    static constexpr int kValues = 64, kParts = 4;  // part k: the 16 values 128 h + 32 k + l0 + i
-    struct X {
-        uint4 h, l;
-        int sum;
-        float d;
-    };
-    uint4 ql0, ql1, qh, sc;
-    float d;
-    int h, l16;
-    __device__ __forceinline__ void load(const QuantMatrix& m, int64_t row, int64_t it) {
-        const int64_t i = row * m.blocks_per_row + (it >> 2);
-        const uint8_t* b = m.body + i * 208;
-        h = static_cast<int>((it & 3) >> 1);
-        l16 = static_cast<int>(it & 1);
-        ql0 = load_weight16(b + 64 * h + 16 * l16);
-        ql1 = load_weight16(b + 64 * h + 32 + 16 * l16);
-        qh = load_weight16(b + 128 + 32 * h + 16 * l16);
-        sc = __ldg(reinterpret_cast<const uint4*>(b + 192));  // shared by the super-block's 4 lanes
-        d = load_half_bits(m.scales + 2 * i);
-    }
-    static __device__ __forceinline__ void prefetch(const QuantMatrix& m, int64_t row, int64_t it) {
-        const int64_t i = row * m.blocks_per_row + (it >> 2);
-        const uint8_t* b = m.body + i * 208;
-        const int hh = static_cast<int>((it & 3) >> 1), ll = static_cast<int>(it & 1);
-        prefetch_l2(b + 64 * hh + 16 * ll);
-        prefetch_l2(b + 128 + 32 * hh + 16 * ll);
-        prefetch_l2(m.scales + 2 * i);
-    }
-    static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int k) {
-        const int hh = static_cast<int>((it & 3) >> 1), ll = static_cast<int>(it & 1);
-        const int64_t chunk = (it >> 2) * 8 + 4 * hh + k;
-        const int64_t off = t * x.n_in + chunk * 32 + 16 * ll;
-        X v;
-        v.h = load_x16(x.hi + off);
-        v.l = load_x16(x.lo + off);
-        const int4 meta = __ldg(x.meta + t * (x.n_in / 32) + chunk);
-        v.sum = ll ? meta.z : meta.y;
-        v.d = __int_as_float(meta.x);
-        return v;
-    }
-    __device__ __forceinline__ float dot(const X& x, int k) const {
-        const uint4& ql = (k & 1) ? ql1 : ql0;
-        const int lshift = (k >> 1) * 4;
-        uint32_t q[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-            q[j] = ((word(ql, j) >> lshift) & 0x0F0F0F0Fu) | (((word(qh, j) >> (2 * k)) & 0x03030303u) << 4);
-        const int s = dot16_u(q, x.h, x.l) - 32 * x.sum;
-        const int si = 8 * h + l16 + 2 * k;  // scale index: 16-value group of the super-block
-        const int8_t scale = static_cast<int8_t>((word(sc, si >> 2) >> (8 * (si & 3))) & 0xFF);
-        return d * x.d * static_cast<float>(scale) * static_cast<float>(s);
-    }
-};
 
 // Rows per warp: enough independent 16-byte loads in flight per lane without spilling.
 template <DType T, int NT, bool kPair>
@@ -242,8 +31,6 @@ __host__ __device__ constexpr int items_unrolled() {
     const bool k_quant = T == DType::Q4_K || T == DType::Q6_K;
     return k_quant && (NT > 1 || kPair) ? 1 : 2;
 }
-
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
 // The items `it` of R rows of w (and of w2 for the second half, NS == 2) into registers.
 template <DType T, int NS, int R>
@@ -561,12 +348,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 // warps per SM (a short matrix of long rows would otherwise have few loads in flight), as long as
 // every lane keeps half an item or more. Measured on the H200 (bench/NOTES.md). MVLLM_GEMV_KSPLIT=
 // 1|2|4 forces it, for the kernel benchmark.
+std::atomic<int> g_k_split{-1};
+
 int gemv_k_split(int64_t n_items, int64_t n_row_groups, bool k_quant) {
-    static const int forced = [] {
+    static const int from_env = [] {
         const int v = env_int("MVLLM_GEMV_KSPLIT", 0);
         return v == 1 || v == 2 || v == 4 ? v : 0;
     }();
-    if (forced) return forced;
+    const int hook = g_k_split.load(std::memory_order_relaxed);
+    if (const int forced = hook >= 0 ? hook : from_env) return forced;
     // K-quant items (64 values, 2-4 parts) keep more loads in flight per lane: they split only
     // below half the warps (splitting 18944x3584 made them 10-15 % slower).
     const int64_t target_warps = k_quant ? 1024 : 2048;
@@ -633,9 +423,15 @@ void gemv_qx_dispatch_type(const TensorView& w, const TensorView* w2, const QxVi
 
 // Slices of kGemvMaxColumns columns (more only in batch-invariant mode: every slice computes its
 // columns exactly as a lone launch would).
+// One column outside batch-invariant mode may take the streaming GEMV (gemv_stream.cuh), whose
+// sums differ in order from the register GEMV's at other column counts.
 template <bool kPair>
 void gemv_qx_dispatch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
-                      DType out_type, int64_t n_out, int accumulate, cudaStream_t stream) {
+                      DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, bool batch_invariant) {
+    if (x.n_rows == 1 && !batch_invariant && launch_gemv_stream(w, w2, x, bias, out, out_type, accumulate, stream)) {
+        MVLLM_CUDA_LAUNCH_CHECK();
+        return;
+    }
     const size_t out_elem = out_type == DType::F32 ? 4 : 2;
     for (int64_t t0 = 0; t0 < x.n_rows; t0 += kGemvMaxColumns) {
         const int64_t n = std::min<int64_t>(kGemvMaxColumns, x.n_rows - t0);
@@ -686,23 +482,25 @@ void gemv_float_dispatch(const TensorView& w, const TensorView& x, const float* 
 
 }  // namespace
 
+void set_gemv_k_split(int ks) { g_k_split.store(ks == 1 || ks == 2 || ks == 4 ? ks : -1, std::memory_order_relaxed); }
+
 bool gemv_uses_qx(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K; }
 
 void launch_gemv_qx(const TensorView& w, const QxView& qx, const TensorView& bias, const TensorView& out,
-                    GemvEpilogue epilogue, cudaStream_t stream) {
+                    GemvEpilogue epilogue, cudaStream_t stream, bool batch_invariant) {
     MVLLM_CHECK(w.ne[0] == qx.n_in && out.ne[0] == w.ne[1] && out.ne[1] == qx.n_rows && out.type == DType::F32)
         << "gemv_qx shapes";
     const float* b = bias.data ? static_cast<const float*>(bias.data) : nullptr;
     gemv_qx_dispatch<false>(w, nullptr, qx, b, out.data, DType::F32, w.ne[1],
-                            epilogue == GemvEpilogue::Accumulate ? 1 : 0, stream);
+                            epilogue == GemvEpilogue::Accumulate ? 1 : 0, stream, batch_invariant);
 }
 
 void launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,
-                           const TensorView& out, cudaStream_t stream) {
+                           const TensorView& out, cudaStream_t stream, bool batch_invariant) {
     MVLLM_CHECK(w_gate.type == w_up.type && w_gate.ne == w_up.ne && w_gate.ne[0] == qx.n_in &&
                 out.ne[0] == w_gate.ne[1] && out.ne[1] == qx.n_rows)
         << "gemv_qx_swiglu shapes";
-    gemv_qx_dispatch<true>(w_gate, &w_up, qx, nullptr, out.data, out.type, w_gate.ne[1], 0, stream);
+    gemv_qx_dispatch<true>(w_gate, &w_up, qx, nullptr, out.data, out.type, w_gate.ne[1], 0, stream, batch_invariant);
 }
 
 void launch_gemv_float(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,

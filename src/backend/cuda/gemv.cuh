@@ -65,11 +65,14 @@ void launch_qkv_rope_gemv(const TensorView& wqkv, const QxView& qx, const Tensor
 
 // Quantised W [n_out][n_in] against qx (n_tokens = qx.n_rows; launches of <= kGemvMaxColumns
 // columns, more than one only in batch-invariant mode); out F32.
+// One column (outside batch-invariant mode) may run the streaming GEMV of gemv_stream.cuh.
 void launch_gemv_qx(const TensorView& w, const QxView& qx, const TensorView& bias, const TensorView& out,
-                    GemvEpilogue epilogue, cudaStream_t stream);
+                    GemvEpilogue epilogue, cudaStream_t stream, bool batch_invariant = false);
 // out = silu(W_gate x) * (W_up x) (out: F32 / F16 / BF16), both weights of one quantised type.
 void launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,
-                           const TensorView& out, cudaStream_t stream);
+                           const TensorView& out, cudaStream_t stream, bool batch_invariant = false);
+// Test hook: the register GEMV's K split (1, 2 or 4; anything else: back to its rule).
+void set_gemv_k_split(int ks);
 // F32 / F16 / BF16 W against x (F32 or F16, n_tokens = x.ne[1], sliced likewise); out F32.
 void launch_gemv_float(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,
                        GemvEpilogue epilogue, cudaStream_t stream);

@@ -317,7 +317,7 @@ Result<KernelBenchReport> run_kernel_bench(const KernelBenchOptions& o) {
             const size_t w_bytes = row_size(type, n_in) * static_cast<size_t>(n_out);
             const int n_copies = static_cast<int>(std::clamp<size_t>((size_t{400} << 20) / w_bytes + 1, 2, 64));
             uint8_t* weights = nullptr;
-            if (cudaMalloc(&weights, w_bytes * n_copies) != cudaSuccess) {
+            if (cudaMalloc(&weights, w_bytes * n_copies + kWeightSlackBytes) != cudaSuccess) {
                 cudaGetLastError();
                 return make_error("bench kernels: ", n_copies, " copies of ", type_name(type), " ", n_in, "x", n_out,
                                   " did not fit");

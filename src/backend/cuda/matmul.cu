@@ -238,7 +238,7 @@ void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, 
                 q = ensure_qx(scratch, n_in, n_tokens);
                 launch_quantize_qx(x, q, stream);
             }
-            launch_gemv_qx(w, q, bias, out, epilogue, stream);
+            launch_gemv_qx(w, q, bias, out, epilogue, stream, batch_invariant);
         } else if (n_in % 8 == 0) {
             launch_gemv_float(w, x, bias, out, epilogue, stream);
         } else {

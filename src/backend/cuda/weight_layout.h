@@ -11,6 +11,9 @@
 // body_bytes is a multiple of 16, so every block body starts 16-byte aligned. Q4_K blocks
 // (144 B = d, dmin, scales[12], qs[128]) are already 16-byte multiples and stay as they are.
 // F32 / F16 / BF16 matrices are stored unchanged.
+//
+// Every weight allocation carries kWeightSlackBytes after its last byte: the streaming GEMV
+// (gemv_stream.cuh) copies a stage's scales by bulk copies whose ends round up to 16 bytes.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +22,8 @@
 #include "core/types.h"
 
 namespace mvllm::cuda {
+
+constexpr size_t kWeightSlackBytes = 16;
 
 struct SplitLayout {
     bool split = false;       // false: the GGUF layout as is

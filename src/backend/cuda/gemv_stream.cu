@@ -1,0 +1,291 @@
+#include "backend/cuda/gemv_stream.cuh"
+
+#include <algorithm>
+#include <atomic>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/dequant.cuh"
+#include "backend/cuda/env.h"
+#include "backend/cuda/gemv_items.cuh"
+#include "backend/cuda/mma_ptx.cuh"
+
+namespace mvllm::cuda {
+namespace {
+
+constexpr int kStreamWarps = 8;                     // consumer warps; one more warp issues the copies
+constexpr int64_t kMaxPassBytes = 24 << 10;         // one pass (8 / wpr rows, both matrices of a pair)
+constexpr int64_t kStageTarget = 24 << 10;          // bytes a stage aims at (whole passes)
+constexpr int64_t kRingBytes = 96 << 10;            // two CTAs of consecutive GEMVs fit one SM
+constexpr int64_t kMaxPartialBytes = 16 << 10;      // per-row partial sums of one CTA
+constexpr int64_t kMinWeightBytes = int64_t{8} << 20;  // smaller matrices keep the register GEMV
+constexpr double kMaxImbalance = 1.06;              // most passes of a CTA over the mean
+
+struct TypeInfo {
+    int block_values = 0, body_bytes = 0, item_values = 0;
+    bool split = false;
+};
+TypeInfo type_info(DType t) {
+    switch (t) {
+        case DType::Q4_0: return {32, 16, Item<DType::Q4_0>::kValues, true};
+        case DType::Q8_0: return {32, 32, Item<DType::Q8_0>::kValues, true};
+        case DType::Q4_K: return {256, 144, Item<DType::Q4_K>::kValues, false};
+        case DType::Q6_K: return {256, 208, Item<DType::Q6_K>::kValues, true};
+        default: return {};
+    }
+}
+
+std::atomic<int> g_mode{-1};
+
+struct StreamArgs {
+    QuantMatrix w[2];
+    QxView x;
+    const float* bias;
+    void* out;
+    DType out_type;
+    int accumulate;
+    int wpr, rows_per_stage, n_stages;
+    uint32_t body_area, scale_area, stage_bytes;
+    int64_t units;
+};
+
+// Reads: the rows of w[0] (and w[1] when kPair) given to this CTA, x (one QX row), bias.
+// Writes: out[o] for those rows. Launch: grid n_ctas, (kStreamWarps + 1) * 32 threads, dynamic
+// shared memory: the ring (n_stages x stage_bytes), 2 x n_stages mbarriers, the partial sums.
+// Stage layout: [body of w[0]][body of w[1]][scales of w[0]][scales of w[1]]; a stage's scales are
+// copied from the 16-byte boundary at or below its first row's (the plane has 16 bytes of slack
+// after it, weight_layout.h), so row r's scales sit at (r * scale_row - that boundary).
+template <DType T, bool kPair>
+__global__ void __launch_bounds__((kStreamWarps + 1) * 32, 2) gemv_stream_kernel(StreamArgs a) {
+    using I = Item<T>;
+    using Q = QuantTraits<T>;
+    constexpr int NS = kPair ? 2 : 1;
+    extern __shared__ __align__(128) uint8_t smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int upp = kStreamWarps / a.wpr;
+    const int64_t u0 = blockIdx.x * a.units / gridDim.x, u1 = (blockIdx.x + 1) * a.units / gridDim.x;
+    const int64_t row_begin = u0 * upp, n_rows = (u1 - u0) * upp;
+    const int rs = a.rows_per_stage, n_st = static_cast<int>((n_rows + rs - 1) / rs);
+    const int64_t bpr = a.w[0].blocks_per_row;
+    const uint32_t row_body = static_cast<uint32_t>(bpr * Q::kBody), row_scale = Q::kSplit ? static_cast<uint32_t>(bpr * 2) : 0;
+    auto* full = reinterpret_cast<uint64_t*>(smem + static_cast<size_t>(a.n_stages) * a.stage_bytes);
+    uint64_t* empty = full + a.n_stages;
+    float* partial = reinterpret_cast<float*>(empty + a.n_stages);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < a.n_stages; ++i) {
+            mbar_init(&full[i], 1);
+            mbar_init(&empty[i], kStreamWarps);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    pdl_trigger();
+    // The scale bytes [first, end) of stage s's rows, first rounded down to 16.
+    auto scale_span = [&](int64_t r0, int nr, uint32_t* first, uint32_t* bytes) {
+        const int64_t lo = r0 * row_scale, hi = (r0 + nr) * row_scale;
+        const int64_t lo16 = lo & ~int64_t{15}, hi16 = (hi + 15) & ~int64_t{15};
+        *first = static_cast<uint32_t>(lo16);  // the plane offset, < 4 GiB for any real matrix
+        *bytes = static_cast<uint32_t>(hi16 - lo16);
+        return lo16;
+    };
+    if (warp == kStreamWarps) {  // the producer: no wait, the weights are no kernel's output
+        if (lane != 0) return;
+        const uint64_t policy = l2_evict_first_policy();
+        for (int s = 0; s < n_st; ++s) {
+            const int slot = s % a.n_stages;
+            if (s >= a.n_stages) mbar_wait(&empty[slot], ((s / a.n_stages) - 1) & 1);
+            const int64_t r0 = row_begin + static_cast<int64_t>(s) * rs;
+            const int nr = static_cast<int>(min(static_cast<int64_t>(rs), row_begin + n_rows - r0));
+            const uint32_t body = nr * row_body;
+            uint32_t s_first = 0, s_bytes = 0;
+            if (Q::kSplit) scale_span(r0, nr, &s_first, &s_bytes);
+            uint8_t* stage = smem + static_cast<size_t>(slot) * a.stage_bytes;
+            mbar_arrive_expect_tx(&full[slot], NS * (body + s_bytes));
+#pragma unroll
+            for (int m = 0; m < NS; ++m) {
+                bulk_load(stage + m * a.body_area, a.w[m].body + r0 * row_body, body, &full[slot], policy);
+                if (Q::kSplit)
+                    bulk_load(stage + NS * a.body_area + m * a.scale_area, a.w[m].scales + s_first, s_bytes, &full[slot],
+                              policy);
+            }
+        }
+        return;
+    }
+    pdl_wait();
+    const int part = warp % a.wpr;
+    const int n_items = static_cast<int>(a.x.n_in / I::kValues);
+    for (int s = 0; s < n_st; ++s) {
+        const int slot = s % a.n_stages;
+        mbar_wait(&full[slot], (s / a.n_stages) & 1);
+        const int64_t r0 = row_begin + static_cast<int64_t>(s) * rs;
+        const int nr = static_cast<int>(min(static_cast<int64_t>(rs), row_begin + n_rows - r0));
+        uint32_t s_first = 0, s_bytes = 0;
+        if (Q::kSplit) scale_span(r0, nr, &s_first, &s_bytes);
+        const uint32_t stage = smem_addr(smem + static_cast<size_t>(slot) * a.stage_bytes);
+        for (int lr = warp / a.wpr; lr < nr; lr += upp) {
+            uint32_t body[NS], scales[NS];
+#pragma unroll
+            for (int m = 0; m < NS; ++m) {
+                body[m] = stage + m * a.body_area + lr * row_body;
+                scales[m] = stage + NS * a.body_area + m * a.scale_area +
+                            static_cast<uint32_t>((r0 + lr) * row_scale - s_first);
+            }
+            float acc[NS];
+#pragma unroll
+            for (int m = 0; m < NS; ++m) acc[m] = 0.0f;
+#pragma unroll 2
+            for (int it = part * 32 + lane; it < n_items; it += 32 * a.wpr) {
+                I wv[NS];
+#pragma unroll
+                for (int m = 0; m < NS; ++m) wv[m].load_shared(body[m], scales[m], it);
+#pragma unroll
+                for (int p = 0; p < I::kParts; ++p) {
+                    const typename I::X xv = I::load_x(a.x, 0, it, p);
+#pragma unroll
+                    for (int m = 0; m < NS; ++m) acc[m] += wv[m].dot(xv, p);
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < NS; ++m) acc[m] = warp_sum(acc[m]);
+            if (lane == 0) {
+                const int64_t i = (r0 - row_begin + lr) * a.wpr + part;
+#pragma unroll
+                for (int m = 0; m < NS; ++m) partial[i * NS + m] = acc[m];
+            }
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[slot]);
+    }
+    // The consumers' partials are complete (the producer warp has left: a named barrier of theirs).
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kStreamWarps * 32) : "memory");
+    for (int64_t i = threadIdx.x; i < n_rows; i += kStreamWarps * 32) {
+        float v[NS];
+#pragma unroll
+        for (int m = 0; m < NS; ++m) {
+            v[m] = partial[i * a.wpr * NS + m];
+            for (int k = 1; k < a.wpr; ++k) v[m] += partial[(i * a.wpr + k) * NS + m];
+        }
+        const int64_t o = row_begin + i;
+        if constexpr (kPair) {
+            store_any(a.out, a.out_type, o, silu(v[0]) * v[NS - 1]);
+        } else {
+            float r = v[0];
+            if (a.bias) r += a.bias[o];
+            float* dst = static_cast<float*>(a.out) + o;
+            *dst = a.accumulate ? *dst + r : r;
+        }
+    }
+}
+
+int sm_count_now() {
+    static const int n = [] {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+            cudaGetLastError();
+            return 0;
+        }
+        return v;
+    }();
+    return n;
+}
+
+template <DType T, bool kPair>
+void launch_typed(const GemvStreamPlan& p, const TensorView& wv, const TensorView& wv2, const QxView& x,
+                  const float* bias, void* out, DType out_type, int accumulate, cudaStream_t stream) {
+    const QuantMatrix w = quant_matrix<T>(wv.data, wv.ne[0], wv.ne[1]), w2 = quant_matrix<T>(wv2.data, wv2.ne[0], wv2.ne[1]);
+    static const bool attr_set = [&] {
+        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(gemv_stream_kernel<T, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           200 << 10));
+        return true;
+    }();
+    (void)attr_set;
+    StreamArgs a{{w, w2},
+                 x,
+                 bias,
+                 out,
+                 out_type,
+                 accumulate,
+                 p.wpr,
+                 p.rows_per_stage,
+                 p.n_stages,
+                 static_cast<uint32_t>(p.body_area),
+                 static_cast<uint32_t>(p.scale_area),
+                 static_cast<uint32_t>(p.stage_bytes),
+                 p.units};
+    launch_pdl(gemv_stream_kernel<T, kPair>, p.n_ctas, (kStreamWarps + 1) * 32, static_cast<size_t>(p.smem_bytes),
+               stream, a);
+}
+
+template <bool kPair>
+void launch_pair(const GemvStreamPlan& p, const TensorView& w, const TensorView& w2, const QxView& x, const float* bias,
+                 void* out, DType out_type, int accumulate, cudaStream_t stream) {
+    switch (w.type) {
+        case DType::Q4_0: launch_typed<DType::Q4_0, kPair>(p, w, w2, x, bias, out, out_type, accumulate, stream); break;
+        case DType::Q8_0: launch_typed<DType::Q8_0, kPair>(p, w, w2, x, bias, out, out_type, accumulate, stream); break;
+        case DType::Q4_K: launch_typed<DType::Q4_K, kPair>(p, w, w2, x, bias, out, out_type, accumulate, stream); break;
+        case DType::Q6_K: launch_typed<DType::Q6_K, kPair>(p, w, w2, x, bias, out, out_type, accumulate, stream); break;
+        default: MVLLM_CHECK(false) << "streaming GEMV: weight type " << type_name(w.type);
+    }
+}
+
+}  // namespace
+
+GemvStreamPlan gemv_stream_plan(DType type, int64_t n_in, int64_t n_out, bool pair, int n_sms, bool forced) {
+    const TypeInfo ti = type_info(type);
+    GemvStreamPlan p;
+    if (ti.block_values == 0 || n_in % ti.block_values != 0 || n_out % kStreamWarps != 0 || n_out <= 0 || n_sms <= 0)
+        return p;
+    const int ns = pair ? 2 : 1;
+    const int64_t bpr = n_in / ti.block_values, n_items = n_in / ti.item_values;
+    const int64_t row_body = bpr * ti.body_bytes, row_scale = ti.split ? bpr * 2 : 0;
+    if (!forced && ns * n_out * (row_body + row_scale) < kMinWeightBytes) return p;
+    for (int wpr = 1; wpr <= kStreamWarps; wpr *= 2) {
+        // More warps per row only while every lane keeps half an item or more.
+        if (wpr > 1 && n_items < 16 * wpr) break;
+        const int64_t upp = kStreamWarps / wpr, pass = ns * upp * (row_body + row_scale);
+        if (pass > kMaxPassBytes) continue;
+        const int64_t units = n_out / upp, ctas = std::min<int64_t>(n_sms, units);
+        const int64_t per = ceil_div(units, ctas);
+        if (!forced && static_cast<double>(per) * ctas / static_cast<double>(units) > kMaxImbalance) continue;
+        p.wpr = wpr;
+        p.units = units;
+        p.n_ctas = static_cast<int>(ctas);
+        const int64_t k = std::max<int64_t>(1, kStageTarget / pass);
+        p.rows_per_stage = static_cast<int>(std::min(upp * k, per * upp));
+        p.body_area = p.rows_per_stage * row_body;
+        // Up to 15 bytes before the first row's scales and 15 after the last row's.
+        p.scale_area = ti.split ? ceil_div(p.rows_per_stage * row_scale, 16) * 16 + 32 : 0;
+        p.stage_bytes = ns * (p.body_area + p.scale_area);
+        p.n_stages = static_cast<int>(std::clamp<int64_t>(kRingBytes / p.stage_bytes, 2, 8));
+        const int64_t partial_bytes = per * upp * wpr * ns * 4;
+        if (partial_bytes > kMaxPartialBytes) return GemvStreamPlan{};
+        p.smem_bytes = p.n_stages * p.stage_bytes + 2 * p.n_stages * 8 + partial_bytes;
+        p.ok = true;
+        return p;
+    }
+    return p;
+}
+
+int gemv_stream_mode() {
+    const int m = g_mode.load(std::memory_order_relaxed);
+    if (m >= 0) return m;
+    static const int from_env = [] {
+        const int v = env_int("MVLLM_GEMV_STREAM", 1);
+        return v >= 0 && v <= 2 ? v : 1;
+    }();
+    return from_env;
+}
+
+void set_gemv_stream_mode(int mode) { g_mode.store(mode, std::memory_order_relaxed); }
+
+bool launch_gemv_stream(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
+                        DType out_type, int accumulate, cudaStream_t stream) {
+    const int mode = gemv_stream_mode();
+    if (mode == 0 || x.n_rows != 1 || w.ne[0] != x.n_in || w.ne[2] != 1 || w.ne[3] != 1) return false;
+    const GemvStreamPlan p = gemv_stream_plan(w.type, x.n_in, w.ne[1], w2 != nullptr, sm_count_now(), mode == 2);
+    if (!p.ok) return false;
+    if (w2) launch_pair<true>(p, w, *w2, x, bias, out, out_type, accumulate, stream);
+    else launch_pair<false>(p, w, w, x, bias, out, out_type, accumulate, stream);
+    return true;
+}
+
+}  // namespace mvllm::cuda
