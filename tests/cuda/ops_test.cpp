@@ -220,7 +220,7 @@ TEST(CudaOps, StreamingGemvPlanRules) {
     };
     const Case cases[] = {
         {DType::Q4_0, 3584, 18944, true, true, 2},    // 7B gate/up + SwiGLU
-        {DType::Q4_0, 18944, 3584, false, true, 4},   // 7B down
+        {DType::Q4_0, 18944, 3584, false, true, 8},   // 7B down
         {DType::Q4_0, 3584, 4608, false, true, 2},    // 7B QKV
         {DType::Q4_0, 3584, 3584, false, false, 0},   // 7B O: 7.2 MB
         {DType::Q6_K, 3584, 152064, false, true, 1},  // 7B LM head of a q4_0 file

@@ -16,6 +16,14 @@ constexpr int kStreamWarps = 8;                     // consumer warps; one more 
 constexpr int64_t kMaxPassBytes = 24 << 10;         // one pass (8 / wpr rows, both matrices of a pair)
 constexpr int64_t kStageTarget = 24 << 10;          // bytes a stage aims at (whole passes)
 constexpr int64_t kRingBytes = 96 << 10;            // two CTAs of consecutive GEMVs fit one SM
+// MVLLM_GEMV_STREAM_RING=KiB overrides the ring budget (measurements).
+int64_t ring_bytes() {
+    static const int64_t v = [] {
+        const int kib = env_int("MVLLM_GEMV_STREAM_RING", 0);
+        return kib >= 32 && kib <= 200 ? int64_t{kib} << 10 : kRingBytes;
+    }();
+    return v;
+}
 constexpr int64_t kMaxPartialBytes = 16 << 10;      // per-row partial sums of one CTA
 constexpr int64_t kMinWeightBytes = int64_t{8} << 20;  // smaller matrices keep the register GEMV
 constexpr double kMaxImbalance = 1.06;              // most passes of a CTA over the mean
@@ -46,6 +54,7 @@ struct StreamArgs {
     int wpr, rows_per_stage, n_stages;
     uint32_t body_area, scale_area, stage_bytes;
     int64_t units;
+    int probe;  // PROBE: 1 = the consumers skip the dot products (copy rate of the ring alone)
 };
 
 // Reads: the rows of w[0] (and w[1] when kPair) given to this CTA, x (one QX row), bias.
@@ -54,8 +63,8 @@ struct StreamArgs {
 // Stage layout: [body of w[0]][body of w[1]][scales of w[0]][scales of w[1]]; a stage's scales are
 // copied from the 16-byte boundary at or below its first row's (the plane has 16 bytes of slack
 // after it, weight_layout.h), so row r's scales sit at (r * scale_row - that boundary).
-template <DType T, bool kPair>
-__global__ void __launch_bounds__((kStreamWarps + 1) * 32, 2) gemv_stream_kernel(StreamArgs a) {
+template <DType T, bool kPair, int KI>
+__global__ void __launch_bounds__((kStreamWarps + 1) * 32, 1) gemv_stream_kernel(StreamArgs a) {
     using I = Item<T>;
     using Q = QuantTraits<T>;
     constexpr int NS = kPair ? 2 : 1;
@@ -111,8 +120,18 @@ __global__ void __launch_bounds__((kStreamWarps + 1) * 32, 2) gemv_stream_kernel
         return;
     }
     pdl_wait();
+    // A lane's items are the same in every row (part * 32 + lane + k * 32 * wpr, k < KI): their QX
+    // values load once, into registers, and stay for the whole matrix.
     const int part = warp % a.wpr;
     const int n_items = static_cast<int>(a.x.n_in / I::kValues);
+    typename I::X xr[KI][I::kParts];
+#pragma unroll
+    for (int k = 0; k < KI; ++k) {
+        const int it = part * 32 + lane + k * 32 * a.wpr;
+        if (it < n_items)
+#pragma unroll
+            for (int p = 0; p < I::kParts; ++p) xr[k][p] = I::load_x(a.x, 0, it, p);
+    }
     for (int s = 0; s < n_st; ++s) {
         const int slot = s % a.n_stages;
         mbar_wait(&full[slot], (s / a.n_stages) & 1);
@@ -121,7 +140,7 @@ __global__ void __launch_bounds__((kStreamWarps + 1) * 32, 2) gemv_stream_kernel
         uint32_t s_first = 0, s_bytes = 0;
         if (Q::kSplit) scale_span(r0, nr, &s_first, &s_bytes);
         const uint32_t stage = smem_addr(smem + static_cast<size_t>(slot) * a.stage_bytes);
-        for (int lr = warp / a.wpr; lr < nr; lr += upp) {
+        for (int lr = warp / a.wpr; lr < nr && !a.probe; lr += upp) {
             uint32_t body[NS], scales[NS];
 #pragma unroll
             for (int m = 0; m < NS; ++m) {
@@ -129,20 +148,25 @@ __global__ void __launch_bounds__((kStreamWarps + 1) * 32, 2) gemv_stream_kernel
                 scales[m] = stage + NS * a.body_area + m * a.scale_area +
                             static_cast<uint32_t>((r0 + lr) * row_scale - s_first);
             }
+            I wv[KI][NS];
+#pragma unroll
+            for (int k = 0; k < KI; ++k) {
+                const int it = part * 32 + lane + k * 32 * a.wpr;
+                if (it < n_items)
+#pragma unroll
+                    for (int m = 0; m < NS; ++m) wv[k][m].load_shared(body[m], scales[m], it);
+            }
             float acc[NS];
 #pragma unroll
             for (int m = 0; m < NS; ++m) acc[m] = 0.0f;
-#pragma unroll 2
-            for (int it = part * 32 + lane; it < n_items; it += 32 * a.wpr) {
-                I wv[NS];
 #pragma unroll
-                for (int m = 0; m < NS; ++m) wv[m].load_shared(body[m], scales[m], it);
+            for (int k = 0; k < KI; ++k) {
+                const int it = part * 32 + lane + k * 32 * a.wpr;
+                if (it < n_items)
 #pragma unroll
-                for (int p = 0; p < I::kParts; ++p) {
-                    const typename I::X xv = I::load_x(a.x, 0, it, p);
+                    for (int p = 0; p < I::kParts; ++p)
 #pragma unroll
-                    for (int m = 0; m < NS; ++m) acc[m] += wv[m].dot(xv, p);
-                }
+                        for (int m = 0; m < NS; ++m) acc[m] += wv[k][m].dot(xr[k][p], p);
             }
 #pragma unroll
             for (int m = 0; m < NS; ++m) acc[m] = warp_sum(acc[m]);
@@ -188,13 +212,13 @@ int sm_count_now() {
     return n;
 }
 
-template <DType T, bool kPair>
+template <DType T, bool kPair, int KI>
 void launch_typed(const GemvStreamPlan& p, const TensorView& wv, const TensorView& wv2, const QxView& x,
                   const float* bias, void* out, DType out_type, int accumulate, cudaStream_t stream) {
     const QuantMatrix w = quant_matrix<T>(wv.data, wv.ne[0], wv.ne[1]), w2 = quant_matrix<T>(wv2.data, wv2.ne[0], wv2.ne[1]);
     static const bool attr_set = [&] {
-        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(gemv_stream_kernel<T, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           200 << 10));
+        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(gemv_stream_kernel<T, kPair, KI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           227 << 10));
         return true;
     }();
     (void)attr_set;
@@ -210,19 +234,35 @@ void launch_typed(const GemvStreamPlan& p, const TensorView& wv, const TensorVie
                  static_cast<uint32_t>(p.body_area),
                  static_cast<uint32_t>(p.scale_area),
                  static_cast<uint32_t>(p.stage_bytes),
-                 p.units};
-    launch_pdl(gemv_stream_kernel<T, kPair>, p.n_ctas, (kStreamWarps + 1) * 32, static_cast<size_t>(p.smem_bytes),
+                 p.units,
+                 env_int("MVLLM_GEMV_STREAM_PROBE", 0)};
+    launch_pdl(gemv_stream_kernel<T, kPair, KI>, p.n_ctas, (kStreamWarps + 1) * 32, static_cast<size_t>(p.smem_bytes),
                stream, a);
+}
+
+// Items per lane held with their QX values in registers: Q4_0 / Q8_0 up to 4 (20 registers each),
+// the K-quants up to 2 (40 each).
+constexpr int max_items_per_lane(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 ? 4 : 2; }
+
+template <DType T, bool kPair>
+void launch_ki(const GemvStreamPlan& p, const TensorView& w, const TensorView& w2, const QxView& x, const float* bias,
+               void* out, DType out_type, int accumulate, cudaStream_t stream) {
+    if (p.items_per_lane <= 2) {
+        launch_typed<T, kPair, 2>(p, w, w2, x, bias, out, out_type, accumulate, stream);
+    } else {
+        if constexpr (max_items_per_lane(T) == 4) launch_typed<T, kPair, 4>(p, w, w2, x, bias, out, out_type, accumulate, stream);
+        else MVLLM_CHECK(false) << "streaming GEMV: " << p.items_per_lane << " items per lane";
+    }
 }
 
 template <bool kPair>
 void launch_pair(const GemvStreamPlan& p, const TensorView& w, const TensorView& w2, const QxView& x, const float* bias,
                  void* out, DType out_type, int accumulate, cudaStream_t stream) {
     switch (w.type) {
-        case DType::Q4_0: launch_typed<DType::Q4_0, kPair>(p, w, w2, x, bias, out, out_type, accumulate, stream); break;
-        case DType::Q8_0: launch_typed<DType::Q8_0, kPair>(p, w, w2, x, bias, out, out_type, accumulate, stream); break;
-        case DType::Q4_K: launch_typed<DType::Q4_K, kPair>(p, w, w2, x, bias, out, out_type, accumulate, stream); break;
-        case DType::Q6_K: launch_typed<DType::Q6_K, kPair>(p, w, w2, x, bias, out, out_type, accumulate, stream); break;
+        case DType::Q4_0: launch_ki<DType::Q4_0, kPair>(p, w, w2, x, bias, out, out_type, accumulate, stream); break;
+        case DType::Q8_0: launch_ki<DType::Q8_0, kPair>(p, w, w2, x, bias, out, out_type, accumulate, stream); break;
+        case DType::Q4_K: launch_ki<DType::Q4_K, kPair>(p, w, w2, x, bias, out, out_type, accumulate, stream); break;
+        case DType::Q6_K: launch_ki<DType::Q6_K, kPair>(p, w, w2, x, bias, out, out_type, accumulate, stream); break;
         default: MVLLM_CHECK(false) << "streaming GEMV: weight type " << type_name(w.type);
     }
 }
@@ -242,11 +282,13 @@ GemvStreamPlan gemv_stream_plan(DType type, int64_t n_in, int64_t n_out, bool pa
         // More warps per row only while every lane keeps half an item or more.
         if (wpr > 1 && n_items < 16 * wpr) break;
         const int64_t upp = kStreamWarps / wpr, pass = ns * upp * (row_body + row_scale);
-        if (pass > kMaxPassBytes) continue;
+        const int64_t items_per_lane = ceil_div(n_items, 32 * wpr);
+        if (pass > (forced ? ring_bytes() / 2 : kMaxPassBytes) || items_per_lane > max_items_per_lane(type)) continue;
         const int64_t units = n_out / upp, ctas = std::min<int64_t>(n_sms, units);
         const int64_t per = ceil_div(units, ctas);
         if (!forced && static_cast<double>(per) * ctas / static_cast<double>(units) > kMaxImbalance) continue;
         p.wpr = wpr;
+        p.items_per_lane = items_per_lane <= 2 ? 2 : 4;
         p.units = units;
         p.n_ctas = static_cast<int>(ctas);
         const int64_t k = std::max<int64_t>(1, kStageTarget / pass);
@@ -255,10 +297,11 @@ GemvStreamPlan gemv_stream_plan(DType type, int64_t n_in, int64_t n_out, bool pa
         // Up to 15 bytes before the first row's scales and 15 after the last row's.
         p.scale_area = ti.split ? ceil_div(p.rows_per_stage * row_scale, 16) * 16 + 32 : 0;
         p.stage_bytes = ns * (p.body_area + p.scale_area);
-        p.n_stages = static_cast<int>(std::clamp<int64_t>(kRingBytes / p.stage_bytes, 2, 8));
+        p.n_stages = static_cast<int>(std::clamp<int64_t>(ring_bytes() / p.stage_bytes, 2, 12));
         const int64_t partial_bytes = per * upp * wpr * ns * 4;
         if (partial_bytes > kMaxPartialBytes) return GemvStreamPlan{};
         p.smem_bytes = p.n_stages * p.stage_bytes + 2 * p.n_stages * 8 + partial_bytes;
+        if (p.smem_bytes > (227 << 10)) return GemvStreamPlan{};
         p.ok = true;
         return p;
     }

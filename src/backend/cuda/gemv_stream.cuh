@@ -3,6 +3,8 @@
 // ring of stages, while eight warps dot the landed stages with the QX activation. (Host side;
 // the kernel is in gemv_stream.cu.)
 //
+// Each lane dots the same items of every row, so their QX values load once into registers.
+//
 // Why: the register GEMV (gemv.cu) keeps its bytes in flight in registers, so each lane holds a
 // few items and each CTA lives for about one memory latency; a 38 MB matrix then runs as ~2-3
 // waves of short CTAs, each paying a ramp and a tail (70-80 % of the copy rate on the 7B's FFN
@@ -28,6 +30,7 @@ namespace mvllm::cuda {
 struct GemvStreamPlan {
     bool ok = false;
     int wpr = 0;              // warps per row: 1, 2, 4 or 8
+    int items_per_lane = 0;   // 2 or 4: items of each row a lane dots (their QX values in registers)
     int rows_per_stage = 0;   // a multiple of 8 / wpr
     int n_stages = 0;         // ring depth
     int64_t body_area = 0;    // bytes of one matrix's rows in a stage
