@@ -12,10 +12,12 @@
 namespace mvllm::cuda {
 namespace {
 
-constexpr int kStreamWarps = 8;                     // consumer warps; one more warp issues the copies
-constexpr int64_t kMaxPassBytes = 24 << 10;         // one pass (8 / wpr rows, both matrices of a pair)
-constexpr int64_t kStageTarget = 24 << 10;          // bytes a stage aims at (whole passes)
-constexpr int64_t kRingBytes = 96 << 10;            // two CTAs of consecutive GEMVs fit one SM
+// 16 consumer warps: with 8, a warp's chain per row (shared loads, dp4a, shuffles) left the
+// schedulers idle ~60 % of cycles (ncu, bench/NOTES.md). One more warp issues the copies.
+constexpr int kStreamWarps = 16;
+constexpr int64_t kMaxPassBytes = 32 << 10;         // one pass (16 / wpr rows, both matrices of a pair)
+constexpr int64_t kStageTarget = 32 << 10;          // bytes a stage aims at (whole passes)
+constexpr int64_t kRingBytes = 128 << 10;           // beyond ~64 KiB in flight per SM the rate is flat
 // MVLLM_GEMV_STREAM_RING=KiB overrides the ring budget (measurements).
 int64_t ring_bytes() {
     static const int64_t v = [] {
@@ -240,19 +242,15 @@ void launch_typed(const GemvStreamPlan& p, const TensorView& wv, const TensorVie
                stream, a);
 }
 
-// Items per lane held with their QX values in registers: Q4_0 / Q8_0 up to 4 (20 registers each),
-// the K-quants up to 2 (40 each).
-constexpr int max_items_per_lane(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 ? 4 : 2; }
+// Items per lane held with their QX values in registers (17 warps of at most 120 registers):
+// Q4_0 / Q8_0 up to 2 (20 registers each), the K-quants 1 (40).
+constexpr int max_items_per_lane(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 ? 2 : 1; }
 
 template <DType T, bool kPair>
 void launch_ki(const GemvStreamPlan& p, const TensorView& w, const TensorView& w2, const QxView& x, const float* bias,
                void* out, DType out_type, int accumulate, cudaStream_t stream) {
-    if (p.items_per_lane <= 2) {
-        launch_typed<T, kPair, 2>(p, w, w2, x, bias, out, out_type, accumulate, stream);
-    } else {
-        if constexpr (max_items_per_lane(T) == 4) launch_typed<T, kPair, 4>(p, w, w2, x, bias, out, out_type, accumulate, stream);
-        else MVLLM_CHECK(false) << "streaming GEMV: " << p.items_per_lane << " items per lane";
-    }
+    MVLLM_CHECK(p.items_per_lane <= max_items_per_lane(T)) << "streaming GEMV: " << p.items_per_lane << " items per lane";
+    launch_typed<T, kPair, max_items_per_lane(T)>(p, w, w2, x, bias, out, out_type, accumulate, stream);
 }
 
 template <bool kPair>
@@ -288,7 +286,7 @@ GemvStreamPlan gemv_stream_plan(DType type, int64_t n_in, int64_t n_out, bool pa
         const int64_t per = ceil_div(units, ctas);
         if (!forced && static_cast<double>(per) * ctas / static_cast<double>(units) > kMaxImbalance) continue;
         p.wpr = wpr;
-        p.items_per_lane = items_per_lane <= 2 ? 2 : 4;
+        p.items_per_lane = static_cast<int>(items_per_lane);
         p.units = units;
         p.n_ctas = static_cast<int>(ctas);
         const int64_t k = std::max<int64_t>(1, kStageTarget / pass);

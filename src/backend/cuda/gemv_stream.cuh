@@ -1,6 +1,6 @@
 // The streaming decode GEMV (one token column): a persistent kernel, one CTA per SM, whose weight
 // rows arrive in shared memory by bulk copies (the copy engine, not the load units) through a
-// ring of stages, while eight warps dot the landed stages with the QX activation. (Host side;
+// ring of stages, while 16 warps dot the landed stages with the QX activation. (Host side;
 // the kernel is in gemv_stream.cu.)
 //
 // Each lane dots the same items of every row, so their QX values load once into registers.
@@ -8,11 +8,11 @@
 // Why: the register GEMV (gemv.cu) keeps its bytes in flight in registers, so each lane holds a
 // few items and each CTA lives for about one memory latency; a 38 MB matrix then runs as ~2-3
 // waves of short CTAs, each paying a ramp and a tail (70-80 % of the copy rate on the 7B's FFN
-// matrices, bench/NOTES.md). Here each SM keeps ~96 KB of weights in flight for the whole matrix,
+// matrices, bench/NOTES.md). Here each SM keeps ~128 KB of weights in flight for the whole matrix,
 // with no register cost, and the ring starts filling before the PDL wait: weights are no kernel's
 // output.
 //
-// Work split: rows in passes of 8 / wpr rows (one pass = every consumer warp busy: warp w takes
+// Work split: rows in passes of 16 / wpr rows (one pass = every consumer warp busy: warp w takes
 // row w / wpr of the pass and its items part w % wpr, lanes striding as in the register GEMV with
 // ks = wpr), passes dealt to CTAs in contiguous ranges. The per-row sum order is the register
 // GEMV's at ks = wpr: (lane items in order, warp_sum, parts 0 + 1 + ...).
@@ -29,9 +29,9 @@ namespace mvllm::cuda {
 
 struct GemvStreamPlan {
     bool ok = false;
-    int wpr = 0;              // warps per row: 1, 2, 4 or 8
-    int items_per_lane = 0;   // 2 or 4: items of each row a lane dots (their QX values in registers)
-    int rows_per_stage = 0;   // a multiple of 8 / wpr
+    int wpr = 0;              // warps per row: 1, 2, 4, 8 or 16
+    int items_per_lane = 0;   // items of each row a lane dots (their QX values in registers)
+    int rows_per_stage = 0;   // a multiple of 16 / wpr
     int n_stages = 0;         // ring depth
     int64_t body_area = 0;    // bytes of one matrix's rows in a stage
     int64_t scale_area = 0;   // bytes of one matrix's scales in a stage (split types)
