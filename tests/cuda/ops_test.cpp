@@ -256,6 +256,9 @@ TEST(CudaOps, StreamingGemvPlanRules) {
         {DType::Q4_0, 3584, 18936, false, false, 0},  // rows not a multiple of 16
         {DType::F16, 3584, 18944, false, false, 0},
     };
+    // By default only Q6_K takes it (the types where it measured faster).
+    for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16})
+        EXPECT_EQ(cuda::gemv_stream_preferred(t), t == DType::Q6_K) << type_name(t);
     for (const Case& c : cases) {
         const cuda::GemvStreamPlan p = cuda::gemv_stream_plan(c.type, c.n_in, c.n_out, c.pair, 132, false);
         SCOPED_TRACE(std::string(type_name(c.type)) + " " + std::to_string(c.n_in) + "x" + std::to_string(c.n_out));

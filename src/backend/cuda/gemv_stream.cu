@@ -18,6 +18,12 @@ constexpr int kStreamWarps = 16;
 constexpr int64_t kMaxPassBytes = 32 << 10;         // one pass (16 / wpr rows, both matrices of a pair)
 constexpr int64_t kStageTarget = 32 << 10;          // bytes a stage aims at (whole passes)
 constexpr int64_t kRingBytes = 128 << 10;           // beyond ~64 KiB in flight per SM the rate is flat
+// MVLLM_GEMV_STREAM_PROBE=1: the consumers release each stage without dotting it, so the kernel
+// measures the ring's copy rate alone (its output is then garbage: measurements only).
+int probe() {
+    static const int v = env_int("MVLLM_GEMV_STREAM_PROBE", 0);
+    return v;
+}
 // MVLLM_GEMV_STREAM_RING=KiB overrides the ring budget (measurements).
 int64_t ring_bytes() {
     static const int64_t v = [] {
@@ -237,7 +243,7 @@ void launch_typed(const GemvStreamPlan& p, const TensorView& wv, const TensorVie
                  static_cast<uint32_t>(p.scale_area),
                  static_cast<uint32_t>(p.stage_bytes),
                  p.units,
-                 env_int("MVLLM_GEMV_STREAM_PROBE", 0)};
+                 probe()};
     launch_pdl(gemv_stream_kernel<T, kPair, KI>, p.n_ctas, (kStreamWarps + 1) * 32, static_cast<size_t>(p.smem_bytes),
                stream, a);
 }
@@ -306,6 +312,15 @@ GemvStreamPlan gemv_stream_plan(DType type, int64_t n_in, int64_t n_out, bool pa
     return p;
 }
 
+bool gemv_stream_preferred(DType type) {
+    // Measured on the H200 (bench kernels, one column, % of the copy rate, register GEMV -> streaming):
+    // Q6_K gains on every 7B shape (LM head 58 -> 72 %, 3584x18944 50 -> 59 %, 18944x3584 46 -> 50 %);
+    // Q4_0, Q8_0 and Q4_K lose (Q4_0 down 80 -> 53 %): their dot products are cheap enough for the
+    // register GEMV's 28 warps per SM to stream at 70-100 %, and the 16 warps here spend more of each
+    // row on the shuffles of 1-2 items per lane (bench/NOTES.md, eighteenth session).
+    return type == DType::Q6_K;
+}
+
 int gemv_stream_mode() {
     const int m = g_mode.load(std::memory_order_relaxed);
     if (m >= 0) return m;
@@ -322,6 +337,7 @@ bool launch_gemv_stream(const TensorView& w, const TensorView* w2, const QxView&
                         DType out_type, int accumulate, cudaStream_t stream) {
     const int mode = gemv_stream_mode();
     if (mode == 0 || x.n_rows != 1 || w.ne[0] != x.n_in || w.ne[2] != 1 || w.ne[3] != 1) return false;
+    if (mode == 1 && !gemv_stream_preferred(w.type)) return false;
     const GemvStreamPlan p = gemv_stream_plan(w.type, x.n_in, w.ne[1], w2 != nullptr, sm_count_now(), mode == 2);
     if (!p.ok) return false;
     if (w2) launch_pair<true>(p, w, *w2, x, bias, out, out_type, accumulate, stream);
