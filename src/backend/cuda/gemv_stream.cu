@@ -12,9 +12,11 @@
 namespace mvllm::cuda {
 namespace {
 
-// 16 consumer warps: with 8, a warp's chain per row (shared loads, dp4a, shuffles) left the
-// schedulers idle ~60 % of cycles (ncu, bench/NOTES.md). One more warp issues the copies.
+// 16 warps: with 8, a warp's chain per row (shared loads, dp4a, shuffles) left the schedulers
+// idle ~60 % of cycles (ncu, bench/NOTES.md). No warp of its own issues the copies: a 17th warp
+// would put 5 warps on one SM quarter and cap registers at 96 (16 KiB registers per quarter).
 constexpr int kStreamWarps = 16;
+constexpr int kRowsAtOnce = 2;  // rows a consumer warp dots together
 constexpr int64_t kMaxPassBytes = 32 << 10;         // one pass (16 / wpr rows, both matrices of a pair)
 constexpr int64_t kStageTarget = 32 << 10;          // bytes a stage aims at (whole passes)
 constexpr int64_t kRingBytes = 128 << 10;           // beyond ~64 KiB in flight per SM the rate is flat
@@ -66,13 +68,13 @@ struct StreamArgs {
 };
 
 // Reads: the rows of w[0] (and w[1] when kPair) given to this CTA, x (one QX row), bias.
-// Writes: out[o] for those rows. Launch: grid n_ctas, (kStreamWarps + 1) * 32 threads, dynamic
+// Writes: out[o] for those rows. Launch: grid n_ctas, kStreamWarps * 32 threads, dynamic
 // shared memory: the ring (n_stages x stage_bytes), 2 x n_stages mbarriers, the partial sums.
 // Stage layout: [body of w[0]][body of w[1]][scales of w[0]][scales of w[1]]; a stage's scales are
 // copied from the 16-byte boundary at or below its first row's (the plane has 16 bytes of slack
 // after it, weight_layout.h), so row r's scales sit at (r * scale_row - that boundary).
 template <DType T, bool kPair, int KI>
-__global__ void __launch_bounds__((kStreamWarps + 1) * 32, 1) gemv_stream_kernel(StreamArgs a) {
+__global__ void __launch_bounds__(kStreamWarps * 32, 1) gemv_stream_kernel(StreamArgs a) {
     using I = Item<T>;
     using Q = QuantTraits<T>;
     constexpr int NS = kPair ? 2 : 1;
@@ -104,29 +106,28 @@ __global__ void __launch_bounds__((kStreamWarps + 1) * 32, 1) gemv_stream_kernel
         *bytes = static_cast<uint32_t>(hi16 - lo16);
         return lo16;
     };
-    if (warp == kStreamWarps) {  // the producer: no wait, the weights are no kernel's output
-        if (lane != 0) return;
-        const uint64_t policy = l2_evict_first_policy();
-        for (int s = 0; s < n_st; ++s) {
-            const int slot = s % a.n_stages;
-            if (s >= a.n_stages) mbar_wait(&empty[slot], ((s / a.n_stages) - 1) & 1);
-            const int64_t r0 = row_begin + static_cast<int64_t>(s) * rs;
-            const int nr = static_cast<int>(min(static_cast<int64_t>(rs), row_begin + n_rows - r0));
-            const uint32_t body = nr * row_body;
-            uint32_t s_first = 0, s_bytes = 0;
-            if (Q::kSplit) scale_span(r0, nr, &s_first, &s_bytes);
-            uint8_t* stage = smem + static_cast<size_t>(slot) * a.stage_bytes;
-            mbar_arrive_expect_tx(&full[slot], NS * (body + s_bytes));
+    // Stage s's rows into its slot (thread 0 only). The first n_stages go before the wait: the
+    // weights are no kernel's output.
+    const uint64_t policy = l2_evict_first_policy();
+    auto issue = [&](int s) {
+        const int slot = s % a.n_stages;
+        const int64_t r0 = row_begin + static_cast<int64_t>(s) * rs;
+        const int nr = static_cast<int>(min(static_cast<int64_t>(rs), row_begin + n_rows - r0));
+        const uint32_t body = nr * row_body;
+        uint32_t s_first = 0, s_bytes = 0;
+        if (Q::kSplit) scale_span(r0, nr, &s_first, &s_bytes);
+        uint8_t* stage = smem + static_cast<size_t>(slot) * a.stage_bytes;
+        mbar_arrive_expect_tx(&full[slot], NS * (body + s_bytes));
 #pragma unroll
-            for (int m = 0; m < NS; ++m) {
-                bulk_load(stage + m * a.body_area, a.w[m].body + r0 * row_body, body, &full[slot], policy);
-                if (Q::kSplit)
-                    bulk_load(stage + NS * a.body_area + m * a.scale_area, a.w[m].scales + s_first, s_bytes, &full[slot],
-                              policy);
-            }
+        for (int m = 0; m < NS; ++m) {
+            bulk_load(stage + m * a.body_area, a.w[m].body + r0 * row_body, body, &full[slot], policy);
+            if (Q::kSplit)
+                bulk_load(stage + NS * a.body_area + m * a.scale_area, a.w[m].scales + s_first, s_bytes, &full[slot],
+                          policy);
         }
-        return;
-    }
+    };
+    if (threadIdx.x == 0)
+        for (int s = 0; s < min(n_st, a.n_stages); ++s) issue(s);
     pdl_wait();
     // A lane's items are the same in every row (part * 32 + lane + k * 32 * wpr, k < KI): their QX
     // values load once, into registers, and stay for the whole matrix.
@@ -148,25 +149,31 @@ __global__ void __launch_bounds__((kStreamWarps + 1) * 32, 1) gemv_stream_kernel
         uint32_t s_first = 0, s_bytes = 0;
         if (Q::kSplit) scale_span(r0, nr, &s_first, &s_bytes);
         const uint32_t stage = smem_addr(smem + static_cast<size_t>(slot) * a.stage_bytes);
-        for (int lr = warp / a.wpr; lr < nr && !a.probe; lr += upp) {
-            uint32_t body[NS], scales[NS];
+        // kRowsAtOnce rows per warp at a time (lr, lr + upp, ...), their loads, dot products and
+        // shuffles interleaved: independent chains for the schedulers. A missing last row repeats
+        // row lr and is not stored.
+        const uint32_t scale_base = stage + NS * a.body_area - s_first;
+        for (int lr = warp / a.wpr; lr < nr && !a.probe; lr += kRowsAtOnce * upp) {
+            I wv[kRowsAtOnce][KI][NS];
 #pragma unroll
-            for (int m = 0; m < NS; ++m) {
-                body[m] = stage + m * a.body_area + lr * row_body;
-                scales[m] = stage + NS * a.body_area + m * a.scale_area +
-                            static_cast<uint32_t>((r0 + lr) * row_scale - s_first);
+            for (int g = 0; g < kRowsAtOnce; ++g) {
+                const int r = lr + g * upp < nr ? lr + g * upp : lr;
+#pragma unroll
+                for (int m = 0; m < NS; ++m) {
+                    const uint32_t body = stage + m * a.body_area + r * row_body;
+                    const uint32_t scales = scale_base + m * a.scale_area + static_cast<uint32_t>((r0 + r) * row_scale);
+#pragma unroll
+                    for (int k = 0; k < KI; ++k) {
+                        const int it = part * 32 + lane + k * 32 * a.wpr;
+                        if (it < n_items) wv[g][k][m].load_shared(body, scales, it);
+                    }
+                }
             }
-            I wv[KI][NS];
+            float acc[kRowsAtOnce][NS];
 #pragma unroll
-            for (int k = 0; k < KI; ++k) {
-                const int it = part * 32 + lane + k * 32 * a.wpr;
-                if (it < n_items)
+            for (int g = 0; g < kRowsAtOnce; ++g)
 #pragma unroll
-                    for (int m = 0; m < NS; ++m) wv[k][m].load_shared(body[m], scales[m], it);
-            }
-            float acc[NS];
-#pragma unroll
-            for (int m = 0; m < NS; ++m) acc[m] = 0.0f;
+                for (int m = 0; m < NS; ++m) acc[g][m] = 0.0f;
 #pragma unroll
             for (int k = 0; k < KI; ++k) {
                 const int it = part * 32 + lane + k * 32 * a.wpr;
@@ -174,21 +181,36 @@ __global__ void __launch_bounds__((kStreamWarps + 1) * 32, 1) gemv_stream_kernel
 #pragma unroll
                     for (int p = 0; p < I::kParts; ++p)
 #pragma unroll
-                        for (int m = 0; m < NS; ++m) acc[m] += wv[k][m].dot(xr[k][p], p);
-            }
+                        for (int g = 0; g < kRowsAtOnce; ++g)
 #pragma unroll
-            for (int m = 0; m < NS; ++m) acc[m] = warp_sum(acc[m]);
-            if (lane == 0) {
-                const int64_t i = (r0 - row_begin + lr) * a.wpr + part;
-#pragma unroll
-                for (int m = 0; m < NS; ++m) partial[i * NS + m] = acc[m];
+                            for (int m = 0; m < NS; ++m) acc[g][m] += wv[g][k][m].dot(xr[k][p], p);
             }
+            // warp_sum's order for each value, the rows' shuffles side by side.
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+                for (int g = 0; g < kRowsAtOnce; ++g)
+#pragma unroll
+                    for (int m = 0; m < NS; ++m) acc[g][m] += __shfl_xor_sync(0xffffffffu, acc[g][m], o);
+            if (lane == 0)
+#pragma unroll
+                for (int g = 0; g < kRowsAtOnce; ++g) {
+                    if (lr + g * upp >= nr) break;
+                    const int64_t i = (r0 - row_begin + lr + g * upp) * a.wpr + part;
+#pragma unroll
+                    for (int m = 0; m < NS; ++m) partial[i * NS + m] = acc[g][m];
+                }
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[slot]);
+        // Thread 0 refills the slot once every warp has released it (the other warps go on with
+        // the stages already landed).
+        if (threadIdx.x == 0 && s + a.n_stages < n_st) {
+            mbar_wait(&empty[slot], (s / a.n_stages) & 1);
+            issue(s + a.n_stages);
+        }
     }
-    // The consumers' partials are complete (the producer warp has left: a named barrier of theirs).
-    asm volatile("bar.sync 1, %0;\n" ::"n"(kStreamWarps * 32) : "memory");
+    __syncthreads();  // every partial written
     for (int64_t i = threadIdx.x; i < n_rows; i += kStreamWarps * 32) {
         float v[NS];
 #pragma unroll
@@ -244,7 +266,7 @@ void launch_typed(const GemvStreamPlan& p, const TensorView& wv, const TensorVie
                  static_cast<uint32_t>(p.stage_bytes),
                  p.units,
                  probe()};
-    launch_pdl(gemv_stream_kernel<T, kPair, KI>, p.n_ctas, (kStreamWarps + 1) * 32, static_cast<size_t>(p.smem_bytes),
+    launch_pdl(gemv_stream_kernel<T, kPair, KI>, p.n_ctas, kStreamWarps * 32, static_cast<size_t>(p.smem_bytes),
                stream, a);
 }
 
@@ -295,7 +317,9 @@ GemvStreamPlan gemv_stream_plan(DType type, int64_t n_in, int64_t n_out, bool pa
         p.items_per_lane = static_cast<int>(items_per_lane);
         p.units = units;
         p.n_ctas = static_cast<int>(ctas);
-        const int64_t k = std::max<int64_t>(1, kStageTarget / pass);
+        // Whole passes, kRowsAtOnce of them at least where two such stages fit the ring.
+        int64_t k = std::max<int64_t>(kRowsAtOnce, kStageTarget / pass);
+        while (k > 1 && 2 * k * pass > ring_bytes()) --k;
         p.rows_per_stage = static_cast<int>(std::min(upp * k, per * upp));
         p.body_area = p.rows_per_stage * row_body;
         // Up to 15 bytes before the first row's scales and 15 after the last row's.
