@@ -338,10 +338,11 @@ GemvStreamPlan gemv_stream_plan(DType type, int64_t n_in, int64_t n_out, bool pa
 
 bool gemv_stream_preferred(DType type) {
     // Measured on the H200 (bench kernels, one column, % of the copy rate, register GEMV -> streaming):
-    // Q6_K gains on every 7B shape (LM head 58 -> 72 %, 3584x18944 50 -> 59 %, 18944x3584 46 -> 50 %);
-    // Q4_0, Q8_0 and Q4_K lose (Q4_0 down 80 -> 53 %): their dot products are cheap enough for the
-    // register GEMV's 28 warps per SM to stream at 70-100 %, and the 16 warps here spend more of each
-    // row on the shuffles of 1-2 items per lane (bench/NOTES.md, eighteenth session).
+    // Q6_K gains on every 7B shape (LM head 58 -> 79 %, 3584x18944 50 -> 62 %, 18944x3584 46 -> 50 %);
+    // Q4_0 and Q4_K lose (Q4_0 down 80 -> 48 %), Q8_0 ties on the LM head and loses elsewhere: their
+    // dot products are cheap enough for the register GEMV's 28 warps per SM to stream at 70-100 %,
+    // and here the 16 warps spend more of each row on the shuffles of 1-2 items per lane
+    // (bench/NOTES.md, eighteenth session).
     return type == DType::Q6_K;
 }
 

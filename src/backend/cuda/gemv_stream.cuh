@@ -1,7 +1,7 @@
 // The streaming decode GEMV (one token column): a persistent kernel, one CTA per SM, whose weight
 // rows arrive in shared memory by bulk copies (the copy engine, not the load units) through a
-// ring of stages, while 16 warps dot the landed stages with the QX activation. (Host side;
-// the kernel is in gemv_stream.cu.)
+// ring of stages, while 16 warps dot the landed stages with the QX activation, two rows per warp
+// at a time. Thread 0 issues the copies. (Host side; the kernel is in gemv_stream.cu.)
 //
 // Each lane dots the same items of every row, so their QX values load once into registers.
 //
@@ -14,7 +14,7 @@
 // 83-94 % of the copy rate on the 7B's matrices.
 //
 // Where it runs: by default Q6_K only (the 7B's LM head of a q4_0 file, the Q6_K layers of Q4_K_M),
-// whose dot product is the most instruction-heavy per byte: 58 -> 72 % of the copy rate on the LM
+// whose dot product is the most instruction-heavy per byte: 58 -> 79 % of the copy rate on the LM
 // head. The register GEMV stays faster for Q4_0, Q8_0 and Q4_K (gemv_stream_preferred).
 //
 // Work split: rows in passes of 16 / wpr rows (one pass = every consumer warp busy: warp w takes
