@@ -104,7 +104,6 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) gemv_stream_kernel(Strea
         const int64_t lo16 = lo & ~int64_t{15}, hi16 = (hi + 15) & ~int64_t{15};
         *first = static_cast<uint32_t>(lo16);  // the plane offset, < 4 GiB for any real matrix
         *bytes = static_cast<uint32_t>(hi16 - lo16);
-        return lo16;
     };
     // Stage s's rows into its slot (thread 0 only). The first n_stages go before the wait: the
     // weights are no kernel's output.
