@@ -22,6 +22,10 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+struct Shape {
+    int64_t n_in, n_out;
+};
+
 struct MatmulCase {
     DType weight;
     int64_t n_in, n_out;
@@ -108,9 +112,6 @@ TEST(CudaOps, DecodeGemvLargeShapes) {
     MVLLM_REQUIRE_GPU();
     auto be = make_cuda();
     ASSERT_TRUE(be);
-    struct Shape {
-        int64_t n_in, n_out;
-    };
     uint64_t seed = 100;
     for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16, DType::BF16}) {
         for (const Shape& sh : {Shape{3584, 4608}, Shape{18944, 96}}) {
@@ -170,9 +171,6 @@ TEST(CudaOps, StreamingGemvEqualsRegisterGemv) {
     MVLLM_REQUIRE_GPU();
     auto be = make_cuda();
     ASSERT_TRUE(be);
-    struct Shape {
-        int64_t n_in, n_out;
-    };
     uint64_t seed = 900;
     for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
         for (const Shape& sh : {Shape{3584, 8192}, Shape{18944, 1024}, Shape{1024, 208}}) {
@@ -284,9 +282,6 @@ TEST(CudaOps, QuantisedTileGemmLargeShapes) {
     MVLLM_REQUIRE_GPU();
     auto be = make_cuda();
     ASSERT_TRUE(be);
-    struct Shape {
-        int64_t n_in, n_out;
-    };
     const int64_t saved_max = cuda::gemm_tiles_max_tokens(), saved_min = cuda::gemm_tiles_min_weights();
     cuda::set_gemm_tiles_max_tokens(256);  // whatever the default
     uint64_t seed = 500;
