@@ -1,7 +1,6 @@
 #include "backend/cuda/attention.cuh"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -431,14 +430,6 @@ int cluster_merge_mode() {
     return mode;
 }
 
-// Whether the global split merge may stage partials in shared memory (force_staged_merge).
-std::atomic<int> forced_staged_merge{-1};
-bool staged_merge() {
-    static const bool env = env_int("MVLLM_ATTN_STAGED_MERGE", 1) != 0;
-    const int forced = forced_staged_merge.load();
-    return forced < 0 ? env : forced != 0;
-}
-
 // The fewest context tokens per split of the decode kernel: one tile per warp, or
 // MVLLM_ATTN_MIN_SPLIT_TOKENS (a multiple of 16, for measurements).
 int32_t min_split_tokens(int warps) {
@@ -527,8 +518,7 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
                          batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
                          static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits,
                          out.data, out.type, part_o, part_ml, counters, rows,
-                         early_loads() & kEarlyAttention ? 1 : 0, cluster, qx, maps,
-                         staged_merge() ? static_cast<int>(kShared / sizeof(float)) : 0);
+                         early_loads() & kEarlyAttention ? 1 : 0, cluster, qx, maps);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
@@ -652,8 +642,6 @@ bool attention_typed(CudaAttention variant, const DeviceBatch& batch, const int6
 }
 
 }  // namespace
-
-void force_staged_merge(int mode) { forced_staged_merge.store(mode); }
 
 int decode_cluster_slots_f16(int head_dim, int warps, int size) {
     const bool eight = warps == 8, tma = attention_tma_enabled();

@@ -99,11 +99,6 @@ bool launch_attention(CudaAttention variant, const DeviceBatch& batch, const int
 // cache allows: 1 yes, 0 no (cp.async), -1 the default again (yes on sm_90, unless MVLLM_ATTN_TMA=0).
 void force_attention_tma(int mode);
 
-// Tests: whether the decode kernel's global split merge may stage many parts' partial o in shared
-// memory (attention_merge.cuh; the same bits either way): 1 yes, 0 no, -1 the default again (yes,
-// unless MVLLM_ATTN_STAGED_MERGE=0).
-void force_staged_merge(int mode);
-
 // How many CTAs of the F16 decode kernel (head_dim 64 or 128, 4 or 8 warps) can be resident at once
 // in thread-block clusters of `size` (the occupancy API's count of clusters x size; 0: none).
 int decode_cluster_slots_f16(int head_dim, int warps, int size);

@@ -16,7 +16,6 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/mma_ptx.cuh"
 #include "backend/cuda/qx.cuh"
 
 namespace mvllm::cuda::mma_decode {
@@ -118,26 +117,13 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
 #endif
 }
 
-// Many parts whose o values all fit in shared memory beside the (max, sum) staging: the o values
-// are copied in by cp.async first, so their one round trip overlaps the (max, sum) loads and the
-// weights, instead of the partials being read from L2 a few parts per round trip after them
-// (7B at 32K: 33 parts, 118 KB). Same arithmetic in the same order as the path that reads them
-// from L2, so the same bits.
-template <int HD>
-__device__ __forceinline__ bool stage_parts_in_shared(int32_t n_active_parts, int32_t n_g, int smem_floats) {
-    return n_active_parts <= kMergeChunk &&
-           2 * kHeadTile * kMergeChunk + static_cast<int64_t>(n_g) * n_active_parts * HD <= smem_floats;
-}
-
 // The last CTA of a row's active parts merges them (`part_o` [head_row][n_parts][HD], `part_ml`
 // [head_row][n_parts][2]) into the output, for the n_g heads from head_row0 on; `smem` is free
-// scratch of smem_floats >= 2 * kHeadTile * kMergeChunk floats (16-byte aligned); s_max / s_sum
-// are [kHeadTile].
+// scratch of at least 2 * kHeadTile * kMergeChunk floats; s_max / s_sum are [kHeadTile].
 template <int HD, int W>
 __device__ __forceinline__ void merge_parts(const float* part_o, const float* part_ml, int32_t n_parts,
                                             int32_t n_active_parts, int32_t n_g, int64_t head_row0, float* smem,
-                                            int smem_floats, float* s_max, float* s_sum, void* out, DType out_type,
-                                            const QxView& qx) {
+                                            float* s_max, float* s_sum, void* out, DType out_type, const QxView& qx) {
     if (n_active_parts < kChunkedMergeMinSplits) {
         // Few splits: each thread merges them for its (head, 4 dims). All the splits' (max, sum)
         // pairs and o values are loaded at once (unrolled to the fixed bound, predicated on
@@ -172,58 +158,6 @@ __device__ __forceinline__ void merge_parts(const float* part_o, const float* pa
                 a.w += v[s].w * c;
             }
             store_out4(out, out_type, qx, head_row * HD + d4 * 4, a, sum);
-        }
-    } else if (stage_parts_in_shared<HD>(n_active_parts, n_g, smem_floats)) {
-        constexpr int kItems = (kHeadTile * (HD / 4) + W * 32 - 1) / (W * 32);  // (head, 4 dims) per thread
-        const int np = n_active_parts;
-        float* s_c = smem;                              // [kHeadTile][kMergeChunk]: m_s, then the weights
-        float* s_l = s_c + kHeadTile * kMergeChunk;     // [kHeadTile][kMergeChunk]: the splits' sums
-        float* s_o = s_l + kHeadTile * kMergeChunk;     // [n_g][np][HD]: the parts' o
-        // A head's first np parts are contiguous in part_o: [np][HD] from (head_row0 + h) * n_parts.
-        for (int i = threadIdx.x; i < n_g * np * (HD / 4); i += blockDim.x) {
-            const int h = i / (np * (HD / 4)), r = i % (np * (HD / 4));
-            cp_async16(s_o + (h * np) * HD + r * 4, part_o + (head_row0 + h) * n_parts * HD + r * 4, true);
-        }
-        cp_async_commit();
-        for (int i = threadIdx.x; i < n_g * np; i += blockDim.x) {
-            const int h = i / np, j = i % np;
-            const float2 ml = __ldcg(reinterpret_cast<const float2*>(part_ml + ((head_row0 + h) * n_parts + j) * 2));
-            s_c[h * kMergeChunk + j] = ml.x;
-            s_l[h * kMergeChunk + j] = ml.y;
-        }
-        __syncthreads();
-        if (threadIdx.x < n_g) {  // the head's maximum, its splits' weights and its merged sum
-            float* c = s_c + threadIdx.x * kMergeChunk;
-            const float* l = s_l + threadIdx.x * kMergeChunk;
-            float mx = -INFINITY;
-            for (int j = 0; j < np; ++j) mx = fmaxf(mx, c[j]);
-            float sum = 0.0f;
-            for (int j = 0; j < np; ++j) {
-                c[j] = exp2_or_zero(c[j], mx);
-                sum += l[j] * c[j];
-            }
-            s_max[threadIdx.x] = mx;
-            s_sum[threadIdx.x] = sum;
-        }
-        cp_async_wait<0>();
-        __syncthreads();
-#pragma unroll
-        for (int k = 0; k < kItems; ++k) {
-            const int idx = threadIdx.x + k * W * 32;
-            if (idx >= n_g * (HD / 4)) break;
-            const int head = idx / (HD / 4), d4 = idx % (HD / 4);
-            const float4* src = reinterpret_cast<const float4*>(s_o + head * np * HD) + d4;
-            const float* c = s_c + head * kMergeChunk;
-            float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-            for (int j = 0; j < np; ++j) {
-                const float4 v = src[j * (HD / 4)];
-                a.x += v.x * c[j];
-                a.y += v.y * c[j];
-                a.z += v.z * c[j];
-                a.w += v.w * c[j];
-            }
-            store_out4(out, out_type, qx, (head_row0 + head) * HD + d4 * 4, a, s_sum[head]);
         }
     } else {
         // The row's active splits, merged: per head the maximum of the splits' maxima, then each

@@ -232,15 +232,13 @@ struct Timeline {
 // row x. Launch: grid (rows ? their count : n_tokens, n_kv_heads * n_head_tiles, n_splits), clusters
 // of (1, 1, cluster) CTAs (n_splits a multiple of cluster <= kMaxClusterSplits), W * 32 threads,
 // shared_bytes<HD, KT, W, Tma>() of dynamic shared memory. Tma: the K/V tiles come by tensor copies
-// (maps; block_size a multiple of kTile), else by cp.async (kc, vc). merge_smem_floats: how much of
-// that shared memory the global merge may stage partials in (0: none; merge_parts).
+// (maps; block_size a multiple of kTile), else by cp.async (kc, vc).
 template <int HD, typename KT, int W, bool Tma>
 __global__ void __launch_bounds__(W * 32, 8 / W)
     decode_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv,
                   const float* q, int32_t n_heads, float scale_log2, int32_t split_tokens,
                   int32_t n_splits, void* out, DType out_type, float* part_o, float* part_ml, int32_t* counters,
-                  const int32_t* rows, int early, int cluster, QxView qx, const __grid_constant__ KvTensorMaps maps,
-                  int merge_smem_floats) {
+                  const int32_t* rows, int early, int cluster, QxView qx, const __grid_constant__ KvTensorMaps maps) {
     pdl_trigger();
     Timeline tl;
     tl.mark(0);
@@ -529,7 +527,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     }
     __threadfence();
     merge_parts<HD, W>(part_o, part_ml, n_parts, n_active_parts, n_g, static_cast<int64_t>(row) * n_heads + head0,
-                       reinterpret_cast<float*>(smem), merge_smem_floats, s_max, s_sum, out, out_type, qx);
+                       reinterpret_cast<float*>(smem), s_max, s_sum, out, out_type, qx);
     if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
     tl.mark(8);
     tl.flush(kc);
