@@ -80,7 +80,9 @@ int cmd_bench_kernels(const BenchKernelsArgs& a) {
         const size_t c = sh.find(':');
         if (c == std::string::npos) return fail(make_error("shape \"", sh, "\" is not IN:OUT"));
         const int64_t n_in = std::atoll(sh.substr(0, c).c_str()), n_out = std::atoll(sh.substr(c + 1).c_str());
-        if (n_in <= 0 || n_out <= 0 || n_in % 256 != 0) return fail(make_error("shape \"", sh, "\": IN must be a positive multiple of 256"));
+        // IN: whole QX blocks (32 values); a type whose blocks are larger (the K-quants' 256) skips
+        // the shapes it cannot hold.
+        if (n_in <= 0 || n_out <= 0 || n_in % 32 != 0) return fail(make_error("shape \"", sh, "\": IN must be a positive multiple of 32"));
         o.shapes.emplace_back(n_in, n_out);
     }
     o.replays = a.replays;

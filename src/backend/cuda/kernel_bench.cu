@@ -179,7 +179,7 @@ Status run_gemm_cases(const KernelBenchOptions& o, KernelBenchReport& report, cu
     Status status;
     for (const auto& [n_in, n_out] : o.shapes) {
         for (DType type : o.gemm_types) {
-            if (!gemm_tiles_supported(type)) continue;
+            if (!gemm_tiles_supported(type) || n_in % type_traits(type).block_size != 0) continue;
             const size_t q_bytes = row_size(type, n_in) * static_cast<size_t>(n_out);
             const size_t h_bytes = size_t{2} * n_in * n_out;
             const int n_q = static_cast<int>(std::clamp<size_t>((size_t{400} << 20) / q_bytes + 1, 2, 32));
@@ -314,6 +314,7 @@ Result<KernelBenchReport> run_kernel_bench(const KernelBenchOptions& o) {
     uint32_t seed = 11;
     for (const auto& [n_in, n_out] : o.shapes) {
         for (DType type : o.types) {
+            if (n_in % type_traits(type).block_size != 0) continue;  // e.g. a K-quant on a 896-wide row
             const size_t w_bytes = row_size(type, n_in) * static_cast<size_t>(n_out);
             const int n_copies = static_cast<int>(std::clamp<size_t>((size_t{400} << 20) / w_bytes + 1, 2, 64));
             uint8_t* weights = nullptr;
