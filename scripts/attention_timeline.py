@@ -63,6 +63,14 @@ def summarise(path):
         w0 = min(r["ns3"] for r in rs)
         s["waits"] = w0 - min(r["ns0"] for r in rs)  # first CTA: entry to wait over
         s["wait_to_end"] = max(end(r) for r in rs) - w0
+        # The spread of the CTAs after the wait: when the first and the last finished their tiles
+        # and stored their partials, and when the merging CTA (if any) began its final merge.
+        s["tiles_first"] = min(r["ns5"] for r in rs if r["ns5"]) - w0
+        s["tiles_last"] = max(r["ns5"] for r in rs) - w0
+        s["stored_last"] = max(r["ns6"] for r in rs) - w0
+        mergers = [r for r in rs if r["ns8"]]
+        if mergers:
+            s["merge_begin"] = min(r["ns7"] for r in mergers) - w0
         s["_w0"], s["_end"] = w0, max(end(r) for r in rs)
         stats.append(s)
     for a, b in zip(stats, stats[1:]):
