@@ -494,9 +494,17 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     const int32_t group = n_heads / kv.n_kv_heads;
     const int32_t n_tiles = (group + mma_decode::kHeadTile - 1) / mma_decode::kHeadTile;
     static const int cluster_slots = decode_cluster_slots<HD, KT, W, Tma>(mma_decode::kMaxClusterSplits);
-    const DecodePlan plan = plan_decode(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context, n_sms * ctas_per_sm,
-                                        cluster_slots, 2 * W * mma_decode::kTile, min_split_tokens(W),
-                                        cluster_merge_mode(), batch_invariant);
+    DecodePlan plan = plan_decode(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context, n_sms * ctas_per_sm,
+                                  cluster_slots, 2 * W * mma_decode::kTile, min_split_tokens(W),
+                                  cluster_merge_mode(), batch_invariant);
+    // MVLLM_ATTN_SPLITS=n (measurements only): n splits of whole tiles per row, no clusters.
+    static const int32_t forced_splits = env_int("MVLLM_ATTN_SPLITS", 0);
+    if (forced_splits > 0 && !batch_invariant) {
+        plan.cluster = 1;
+        plan.split.split_tokens = static_cast<int32_t>(
+            ceil_div(ceil_div(batch.max_context, forced_splits), mma_decode::kTile) * mma_decode::kTile);
+        plan.split.n_splits = static_cast<int32_t>(ceil_div(batch.max_context, plan.split.split_tokens));
+    }
     const FusedSplit split = plan.split;
     const int32_t cluster = plan.cluster;
     const int32_t n_parts = split.n_splits / cluster;
