@@ -214,6 +214,9 @@ TEST(CudaAttention, DecodePlanClustersShortSplitsInOneWave) {
         {16, 4, 512, 132, 120, 1, 2},    // the cluster plan would take 3 waves (256 CTAs)
         {1, 2, 4096, 264, 240, 8, 32},   // 0.5B at 4K: 4 clusters of 8 per KV head
         {16, 2, 4096, 264, 240, 1, 8},   // 0.5B 16 x 4K: splits of 512 tokens
+        {1, 2, 16384, 264, 240, 8, 120}, // 0.5B at 16K: 15 clusters of 8 (the cap reads the plain plan only)
+        {1, 2, 32768, 264, 240, 1, 40},  // 0.5B at 32K: 132 splits would fit, the merge caps them at 40
+        {4, 2, 32768, 264, 240, 1, 33},  // 4 rows: 33 splits fill the slots
     };
     for (const Case& c : cases) {
         const cuda::DecodePlan p = cuda::plan_decode(c.rows, c.ctas_per_row, c.context, c.slots, c.cluster_slots,
@@ -251,6 +254,14 @@ TEST(CudaAttention, ClusterMergesMatchReference) {
         run_case(CudaAttentionVariant::Fused, kv, DType::BF16, kGeometries[1], {{600, 1}, {130, 1}}, 16, seed++);
         run_case(CudaAttentionVariant::Fused, kv, DType::F32, kGeometries[1], {{40, 1}, {17, 1}}, 16, seed++);  // one split
     }
+}
+
+// A long context in a plain plan of many splits (the 0.5B geometry at 32K tokens: on the H200, 40
+// splits capped from 132 by kMaxPlainSplits) merged in global memory, against the reference.
+TEST(CudaAttention, LongContextPlainPlanMatchesReference) {
+    MVLLM_REQUIRE_GPU();
+    run_case(CudaAttentionVariant::Fused, DType::F16, DType::F32, kGeometries[0], {{32768, 1}}, 16, 2200);
+    run_case(CudaAttentionVariant::Fused, DType::BF16, DType::F16, kGeometries[0], {{20000, 1}, {9000, 1}}, 16, 2201);
 }
 
 // Prefill chunks long enough for the tiled kernel (a sequence with at least 64 / group query rows):

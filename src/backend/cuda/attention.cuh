@@ -72,6 +72,8 @@ FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context
 // warp); mode: MVLLM_ATTN_CLUSTER (0 never, 1 one level, 2 the default, 3 any plan). Host rule,
 // no GPU needed.
 constexpr int32_t kMaxDecodeCluster = 8;
+// The most splits of a plan without clusters (plan_decode).
+constexpr int32_t kMaxPlainSplits = 40;
 struct DecodePlan {
     FusedSplit split;
     int32_t cluster = 1;

@@ -55,6 +55,18 @@ DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_conte
         return plan;
     }
     plan.split = mma_split(n_rows, n_ctas_per_row, max_context, n_slots, min_split_tokens);
+    // A plain plan (no clusters) of at most kMaxPlainSplits splits: beyond that, each further
+    // part costs the global merge more than its shorter stream saves. On the H200 the 0.5B
+    // geometry (2 KV heads, 264 slots) at 32K tokens took 17.9 us per layer in 132 splits, 13.7 in
+    // 66 and 12.7 in 33 (bench/NOTES.md, nineteenth session); the 7B's slots give it 33 at most.
+    // Applied only where the plan stays plain: the cluster rule below reads the uncapped plan.
+    auto plain = [&] {
+        if (plan.split.n_splits > kMaxPlainSplits) {
+            const int32_t capped = static_cast<int32_t>(ceil_div(ceil_div(max_context, kMaxPlainSplits), 16) * 16);
+            plan.split = mma_split(n_rows, n_ctas_per_row, max_context, n_slots, std::max(min_split_tokens, capped));
+        }
+        return plan;
+    };
     // Clusters where the CTAs are short (the merge then being much of the kernel's time: 7B at
     // 512 tokens 6.2 -> 5.3 us, 0.5B 4.8 -> 3.9) and the cluster plan runs in one wave of the slots
     // that clusters leave (120 CTAs of 8-CTA clusters at head_dim 128 on the H200, against 132
@@ -63,7 +75,7 @@ DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_conte
     const bool any_plan = mode == 3;  // measurements only: clusters for any split length and wave count
     if (mode == 0 || cluster_slots <= 0 || plan.split.n_splits <= 1 ||
         (plan.split.split_tokens > short_split && !any_plan))
-        return plan;
+        return plain();
     const FusedSplit c = mma_split(n_rows, n_ctas_per_row, max_context, cluster_slots, min_split_tokens,
                                    kMaxDecodeCluster);
     // Clusters come in powers of two; splits past the plan's last one idle.
@@ -76,8 +88,9 @@ DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_conte
         plan.split.n_splits = padded;
         plan.split.split_tokens = c.split_tokens;
         plan.cluster = size;
+        return plan;
     }
-    return plan;
+    return plain();
 }
 
 }  // namespace mvllm::cuda
