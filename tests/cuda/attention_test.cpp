@@ -215,7 +215,7 @@ TEST(CudaAttention, DecodePlanClustersShortSplitsInOneWave) {
         {1, 2, 4096, 264, 240, 8, 32},   // 0.5B at 4K: 4 clusters of 8 per KV head
         {16, 2, 4096, 264, 240, 1, 8},   // 0.5B 16 x 4K: splits of 512 tokens
         {1, 2, 16384, 264, 240, 8, 120}, // 0.5B at 16K: 15 clusters of 8 (the cap reads the plain plan only)
-        {1, 2, 32768, 264, 240, 1, 33},  // 0.5B at 32K: 132 splits would fit, the merge caps them at 33
+        {1, 2, 32768, 264, 240, 1, 64},  // 0.5B at 32K: 132 splits would fit, the merge caps them at 64
         {4, 2, 32768, 264, 240, 1, 33},  // 4 rows: 33 splits fill the slots
     };
     for (const Case& c : cases) {
@@ -256,7 +256,7 @@ TEST(CudaAttention, ClusterMergesMatchReference) {
     }
 }
 
-// A long context in a plain plan of many splits (the 0.5B geometry at 32K tokens: on the H200, 33
+// A long context in a plain plan of many splits (the 0.5B geometry at 32K tokens: on the H200, 64
 // splits capped from 132 by kMaxPlainSplits; 16 or more parts take the split merge's chunked
 // path) merged in global memory, against the reference.
 TEST(CudaAttention, LongContextPlainPlanMatchesReference) {

@@ -419,6 +419,7 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
 // 3 as 2 but for splits of any length (measurements only: slower, see decode_launch). Needs a
 // device that launches clusters (sm_90).
 static_assert(mma_decode::kMaxClusterSplits == kMaxDecodeCluster, "one cluster limit");
+static_assert(kMaxPlainSplits == mma_decode::kMergeChunk, "a plain plan's parts merge in one chunk");
 
 int cluster_merge_mode() {
     static const int mode = [] {

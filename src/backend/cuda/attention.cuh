@@ -72,9 +72,9 @@ FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context
 // warp); mode: MVLLM_ATTN_CLUSTER (0 never, 1 one level, 2 the default, 3 any plan). Host rule,
 // no GPU needed.
 constexpr int32_t kMaxDecodeCluster = 8;
-// The most splits of a plan without clusters (plan_decode): the 7B's one-wave plan at 32K tokens
-// on the H200, and the best measured for the 0.5B there.
-constexpr int32_t kMaxPlainSplits = 33;
+// The most splits of a plan without clusters (plan_decode): one chunk of the split merge
+// (attention_merge.cuh's kMergeChunk).
+constexpr int32_t kMaxPlainSplits = 64;
 struct DecodePlan {
     FusedSplit split;
     int32_t cluster = 1;

@@ -55,12 +55,12 @@ DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_conte
         return plan;
     }
     plan.split = mma_split(n_rows, n_ctas_per_row, max_context, n_slots, min_split_tokens);
-    // A plain plan (no clusters) of at most kMaxPlainSplits splits: beyond that, each further
-    // part costs the global merge more than its shorter stream saves. On the H200 the 0.5B
-    // geometry (2 KV heads, 264 slots) at 32K tokens took 17.9 us per layer in 132 splits, 13.7 in
-    // 66 and 12.7 in 33 (MVLLM_ATTN_SPLITS; bench/NOTES.md, nineteenth session); the 7B's slots
-    // give it 33 at most. Applied only where the plan stays plain: the cluster rule below reads
-    // the uncapped plan.
+    // A plain plan (no clusters) of at most kMaxPlainSplits splits, one chunk of the split merge:
+    // more parts cost the merge more than their shorter streams save. On the H200 the 0.5B
+    // geometry with F16 KV (2 KV heads, 264 slots) at 32K tokens took 17.9 us per layer in 132
+    // splits and 13.7 in 64 (MVLLM_ATTN_SPLITS; bench/NOTES.md, nineteenth session); the 7B's
+    // slots give it 33 at most, BF16's (132) the 0.5B 64. Applied only where the plan stays plain:
+    // the cluster rule below reads the uncapped plan.
     auto plain = [&] {
         if (plan.split.n_splits > kMaxPlainSplits) {
             const int32_t capped = static_cast<int32_t>(ceil_div(ceil_div(max_context, kMaxPlainSplits), 16) * 16);
