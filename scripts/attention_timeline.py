@@ -8,8 +8,9 @@ warps merged (partials stored), 7 split counted or cluster merge done, 8 final m
 this CTA did not merge). Records of one launch share a K-cache pointer; a launch is split from the
 next one with the same pointer by a gap in its start times.
 
-Usage: scripts/attention_timeline.py FILE.csv [...]  prints, per file, medians over the launches
-(the first two and the last left out) of each phase in ns, and the launch-to-launch period.
+Usage: scripts/attention_timeline.py [--detail] FILE.csv [...]  prints, per file, medians over the
+launches (the first two and the last left out) of each phase in ns, and the launch-to-launch
+period; --detail adds whether the CTAs' spread is tied to SMs or splits.
 """
 import csv
 import statistics
@@ -82,6 +83,34 @@ def summarise(path):
     print("  " + "  ".join(f"{k}={med([s[k] for s in core if k in s]):.0f}" for k in keys))
 
 
+def detail(path):
+    """Whether the CTAs' spread is systematic: tile-done times (after the first wait) by SM and
+    by split, across the launches that recorded every CTA."""
+    L = launches(load(path))
+    full = max(len(rs) for rs in L)
+    L = [rs for rs in L if len(rs) == full]
+    by_sm, by_split, stream, wait_spread = {}, {}, [], []
+    for rs in L:
+        w0 = min(r["ns3"] for r in rs)
+        wait_spread.append(max(r["ns3"] for r in rs) - w0)
+        for r in rs:
+            t = r["ns5"] - w0
+            by_sm.setdefault(r["sm"], []).append(t)
+            by_split.setdefault(r["z"], []).append(t)
+            stream.append(r["ns5"] - r["ns4"])
+    sm_med = sorted(med(v) for v in by_sm.values())
+    sm_sd = med([statistics.pstdev(v) for v in by_sm.values() if len(v) > 1])
+    splits = [f"{z}:{med(v):.0f}" for z, v in sorted(by_split.items())]
+    print(f"  {len(L)} full launches of {full} CTAs; wait over, spread {med(wait_spread):.0f}")
+    print(f"  tiles done by SM: medians {sm_med[0]:.0f}..{sm_med[-1]:.0f}, per-SM stdev across launches {sm_sd:.0f}")
+    print(f"  stream (Q ready to tiles done): min {min(stream)} median {med(stream):.0f} max {max(stream)}")
+    print("  tiles done by split: " + " ".join(splits))
+
+
 if __name__ == "__main__":
-    for p in sys.argv[1:]:
+    args = sys.argv[1:]
+    more = "--detail" in args
+    for p in (a for a in args if a != "--detail"):
         summarise(p)
+        if more:
+            detail(p)
