@@ -261,6 +261,14 @@ TEST(CudaAttention, ClusterMergesMatchReference) {
 // path) merged in global memory, against the reference.
 TEST(CudaAttention, LongContextPlainPlanMatchesReference) {
     MVLLM_REQUIRE_GPU();
+    // The premise on this GPU (8 warps; slots from the occupancy API): a plain plan of 16 or more
+    // parts for the 32K row.
+    const cuda::DecodePlan plan =
+        cuda::plan_decode(1, kGeometries[0].n_kv_heads, 32768, cuda::decode_cluster_slots_f16(64, 8, 1),
+                          cuda::decode_cluster_slots_f16(64, 8, cuda::kMaxDecodeCluster), 2 * 8 * 16, 8 * 16, 2, false);
+    EXPECT_EQ(plan.cluster, 1);
+    EXPECT_GE(plan.split.n_splits, 16);
+    EXPECT_LE(plan.split.n_splits, cuda::kMaxPlainSplits);
     run_case(CudaAttentionVariant::Fused, DType::F16, DType::F32, kGeometries[0], {{32768, 1}}, 16, 2200);
     run_case(CudaAttentionVariant::Fused, DType::BF16, DType::F16, kGeometries[0], {{20000, 1}, {9000, 1}}, 16, 2201);
 }
