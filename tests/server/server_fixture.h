@@ -79,6 +79,14 @@ struct ServerFixture {
         return c;
     }
     int64_t used_blocks() { return engine->counters().n_total_blocks - engine->counters().n_free_blocks; }
+    // The KV blocks still in use once the engine thread has caught up (it may free a finished
+    // sequence's blocks just after its response went out): polls for up to 5 s for none.
+    int64_t settled_used_blocks() {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (used_blocks() != 0 && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        return used_blocks();
+    }
 };
 
 }  // namespace mvllm::server
