@@ -269,7 +269,7 @@ void launch_typed(const GemvStreamPlan& p, const TensorView& wv, const TensorVie
                stream, a);
 }
 
-// Items per lane held with their QX values in registers (17 warps of at most 120 registers):
+// Items per lane held with their QX values in registers (16 warps of at most 128 registers):
 // Q4_0 / Q8_0 up to 2 (20 registers each), the K-quants 1 (40).
 constexpr int max_items_per_lane(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 ? 2 : 1; }
 
