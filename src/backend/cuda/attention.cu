@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 #include <string>
+#include <string_view>
 #include <cstdint>
 #include <type_traits>
 
@@ -441,6 +442,16 @@ int32_t min_split_tokens(int warps) {
     return forced ? forced : warps * mma_decode::kTile;
 }
 
+// The decode kernel's flags: its first tiles before the PDL wait (MVLLM_EARLY_LOADS), and the
+// chunked split merge in place of the warp merge (MVLLM_ATTN_MERGE=chunked; measurements only).
+int decode_flags() {
+    static const bool chunked = [] {
+        const char* v = std::getenv("MVLLM_ATTN_MERGE");
+        return v && std::string_view(v) == "chunked";
+    }();
+    return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | (chunked ? mma_decode::kChunkedMerge : 0);
+}
+
 // The decode kernel's launch attributes, set once; returns its CTAs per SM.
 template <int HD, typename KT, int W, bool Tma>
 int decode_ctas_per_sm() {
@@ -527,7 +538,7 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
                          batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
                          static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits,
                          out.data, out.type, part_o, part_ml, counters, rows,
-                         early_loads() & kEarlyAttention ? 1 : 0, cluster, qx, maps);
+                         decode_flags(), cluster, qx, maps);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

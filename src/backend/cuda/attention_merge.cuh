@@ -6,9 +6,11 @@
 //  * cluster_merge: the splits of one thread-block cluster (up to kMaxClusterSplits consecutive
 //    splits) read each other's shared memory; the result is the output, or one part.
 //  * merge_parts: the last CTA of a row's parts (splits, or clusters) merges them from global
-//    memory.
-// Both walk the splits in order with the same arithmetic, so a row's bits do not depend on which
-// ran (batch invariance).
+//    memory: few parts in one pass, 16-64 in registers and shuffles (merge_parts_warp), more in
+//    chunks through shared memory.
+// Each merge's arithmetic and order depend only on the row's count of active parts, so in a
+// batch-invariant plan (fixed split positions, no clusters) a row's bits do not depend on the
+// batch around it.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -73,9 +75,9 @@ __device__ __forceinline__ void store_part(float* part_o, float* part_ml, int64_
 // but unnormalised o [n_g][HD] in `o_cta` and the heads' (max, sum) in s_max / s_sum. After a
 // cluster barrier the CTAs merge the part's active splits, each for a slice of the (head, dim)
 // items, reading the others' shared memory; a second barrier keeps every CTA's shared memory alive
-// until all have read it. The result (stored as the items are merged) is the output (`final`) or the part's entry in the global
-// partials. The arithmetic and its order (split by split) are those of the global merge, so a
-// row's bits do not depend on which merge ran (batch invariance).
+// until all have read it. The result (stored as the items are merged) is the output (`final`) or
+// the part's entry in the global partials. The arithmetic and its order (split by split) are those
+// of the few-part global merge.
 template <int HD>
 __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s_max, const float* s_sum,
                                               int32_t n_g, int32_t n_active, int64_t head_row0, bool final,
@@ -117,14 +119,90 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
 #endif
 }
 
+// The split merge of kChunkedMergeMinSplits..kMergeChunk parts, in registers and shuffles: the
+// HD / 4 lanes that hold a head's (4 dims) items also hold its parts' (max, sum) pairs, lane j
+// the parts j, j + HD / 4, ... (one L2 round trip for all of them). The head's maximum and its
+// merged sum are reductions over those lanes (a fixed tree for a given part count), each part's
+// weight exp2(m_s - max) reaches the lanes that need it by a shuffle, and the o values load a
+// group of kGroup parts at a time (the first group before the reductions). No barrier and no
+// shared memory: the chunked path's two passes through shared memory, four barriers and serial
+// per-head loops took ~4.8 us for 33 parts in the 7B's timelines, against ~1.2 us for the
+// few-part path's single round trip (bench/NOTES.md, nineteenth session).
+template <int HD, int W>
+__device__ __forceinline__ void merge_parts_warp(const float* part_o, const float* part_ml, int32_t n_parts,
+                                                 int32_t n_active_parts, int32_t n_g, int64_t head_row0,
+                                                 void* out, DType out_type, const QxView& qx) {
+    constexpr int L = HD / 4;             // lanes per head: 32 (head_dim 128) or 16 (64)
+    constexpr int kPer = kMergeChunk / L;  // (max, sum) pairs per lane
+    constexpr int kGroup = 8;             // o loads in flight per lane
+    static_assert(32 % L == 0 && kMergeChunk % L == 0 && kMergeChunk % kGroup == 0, "a head's lanes within one warp");
+    const int lane = threadIdx.x & 31, j = lane % L, head_lane0 = lane - j;
+    for (int base = threadIdx.x - lane; base < n_g * L; base += W * 32) {  // whole warps (shuffles)
+        const int head = (base + lane) / L;
+        const bool valid = head < n_g;
+        const int64_t head_row = head_row0 + min(head, n_g - 1);
+        const float2* ml = reinterpret_cast<const float2*>(part_ml + head_row * n_parts * 2);
+        const float4* po = reinterpret_cast<const float4*>(part_o + head_row * n_parts * HD) + j;
+        float2 p[kPer];
+#pragma unroll
+        for (int r = 0; r < kPer; ++r)
+            p[r] = j + r * L < n_active_parts ? __ldcg(ml + j + r * L) : make_float2(-INFINITY, 0.0f);
+        float4 v[kGroup];
+#pragma unroll
+        for (int t = 0; t < kGroup; ++t)
+            v[t] = t < n_active_parts ? __ldcg(po + t * L) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float mx = -INFINITY;
+#pragma unroll
+        for (int r = 0; r < kPer; ++r) mx = fmaxf(mx, p[r].x);
+#pragma unroll
+        for (int off = L / 2; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        float c[kPer], sum = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kPer; ++r) {
+            c[r] = exp2_or_zero(p[r].x, mx);
+            sum += p[r].y * c[r];
+        }
+#pragma unroll
+        for (int off = L / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int g0 = 0; g0 < kMergeChunk; g0 += kGroup) {
+            if (g0 >= n_active_parts) break;  // the same for the whole warp
+            if (g0 > 0) {
+#pragma unroll
+                for (int t = 0; t < kGroup; ++t)
+                    v[t] = g0 + t < n_active_parts ? __ldcg(po + (g0 + t) * L) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int t = 0; t < kGroup; ++t) {
+                const int s = g0 + t;  // part s's weight is c[s / L] of the head's lane s % L
+                const float w = __shfl_sync(0xffffffffu, c[s / L], head_lane0 + s % L);
+                a.x += v[t].x * w;
+                a.y += v[t].y * w;
+                a.z += v[t].z * w;
+                a.w += v[t].w * w;
+            }
+        }
+        if (valid) store_out4(out, out_type, qx, head_row * HD + j * 4, a, sum);
+    }
+}
+
 // The last CTA of a row's active parts merges them (`part_o` [head_row][n_parts][HD], `part_ml`
 // [head_row][n_parts][2]) into the output, for the n_g heads from head_row0 on; `smem` is free
 // scratch of at least 2 * kHeadTile * kMergeChunk floats; s_max / s_sum are [kHeadTile].
 template <int HD, int W>
 __device__ __forceinline__ void merge_parts(const float* part_o, const float* part_ml, int32_t n_parts,
                                             int32_t n_active_parts, int32_t n_g, int64_t head_row0, float* smem,
-                                            float* s_max, float* s_sum, void* out, DType out_type, const QxView& qx) {
-    if (n_active_parts < kChunkedMergeMinSplits) {
+                                            float* s_max, float* s_sum, void* out, DType out_type, const QxView& qx,
+                                            bool chunked) {
+    // The warp merge in the kernels that take many splits: eight warps (four are for batches whose
+    // rows fill the SMs), head_dim 64 or 128 (its registers would cost the smaller head dims, kept
+    // for tests, and the four-warp head_dim 64 kernel a CTA per SM).
+    constexpr bool kWarpMerge = W == 8 && HD >= 64;
+    if (kWarpMerge && n_active_parts >= kChunkedMergeMinSplits && n_active_parts <= kMergeChunk && !chunked) {
+        if constexpr (kWarpMerge)
+            merge_parts_warp<HD, W>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx);
+    } else if (n_active_parts < kChunkedMergeMinSplits) {
         // Few splits: each thread merges them for its (head, 4 dims). All the splits' (max, sum)
         // pairs and o values are loaded at once (unrolled to the fixed bound, predicated on
         // n_active_parts), so the merge costs one L2 round trip, not one per split; the arithmetic is

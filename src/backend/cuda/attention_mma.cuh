@@ -232,13 +232,16 @@ struct Timeline {
 // row x. Launch: grid (rows ? their count : n_tokens, n_kv_heads * n_head_tiles, n_splits), clusters
 // of (1, 1, cluster) CTAs (n_splits a multiple of cluster <= kMaxClusterSplits), W * 32 threads,
 // shared_bytes<HD, KT, W, Tma>() of dynamic shared memory. Tma: the K/V tiles come by tensor copies
-// (maps; block_size a multiple of kTile), else by cp.async (kc, vc).
+// (maps; block_size a multiple of kTile), else by cp.async (kc, vc). flags: kEarlyTiles (start
+// the first tiles' copies before the PDL wait), kChunkedMerge (the chunked split merge for 16-64
+// parts, for A/B measurements; otherwise merge_parts_warp).
+constexpr int kEarlyTiles = 1, kChunkedMerge = 2;
 template <int HD, typename KT, int W, bool Tma>
 __global__ void __launch_bounds__(W * 32, 8 / W)
     decode_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv,
                   const float* q, int32_t n_heads, float scale_log2, int32_t split_tokens,
                   int32_t n_splits, void* out, DType out_type, float* part_o, float* part_ml, int32_t* counters,
-                  const int32_t* rows, int early, int cluster, QxView qx, const __grid_constant__ KvTensorMaps maps) {
+                  const int32_t* rows, int flags, int cluster, QxView qx, const __grid_constant__ KvTensorMaps maps) {
     pdl_trigger();
     Timeline tl;
     tl.mark(0);
@@ -299,7 +302,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     // drains; the rest follow the wait. (MVLLM_EARLY_LOADS=0: L2 prefetches only.)
     tl.mark(1);
     int32_t n_pre = 0;
-    if (early) {
+    if (flags & kEarlyTiles) {
         const int32_t first_new = batch.seq_context_len[seq] - batch.seq_n_tokens[seq];
         for (; n_pre < kStages - 1 && n_pre < n_my && tile_start(n_pre) + kTile <= first_new; ++n_pre) {
             issue(n_pre);
@@ -527,7 +530,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     }
     __threadfence();
     merge_parts<HD, W>(part_o, part_ml, n_parts, n_active_parts, n_g, static_cast<int64_t>(row) * n_heads + head0,
-                       reinterpret_cast<float*>(smem), s_max, s_sum, out, out_type, qx);
+                       reinterpret_cast<float*>(smem), s_max, s_sum, out, out_type, qx, (flags & kChunkedMerge) != 0);
     if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
     tl.mark(8);
     tl.flush(kc);
