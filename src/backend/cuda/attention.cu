@@ -442,14 +442,18 @@ int32_t min_split_tokens(int warps) {
     return forced ? forced : warps * mma_decode::kTile;
 }
 
-// The decode kernel's flags: its first tiles before the PDL wait (MVLLM_EARLY_LOADS), and the
-// chunked split merge in place of the warp merge (MVLLM_ATTN_MERGE=chunked; measurements only).
-int decode_flags() {
+// The decode kernel's flags: its first tiles before the PDL wait (MVLLM_EARLY_LOADS), the chunked
+// split merge in place of the warp merge (MVLLM_ATTN_MERGE=chunked; measurements only), and each
+// row's context spread over all the splits unless batch-invariant (MVLLM_ATTN_ROW_SPLITS=0:
+// fixed positions; measurements only).
+int decode_flags(bool batch_invariant) {
     static const bool chunked = [] {
         const char* v = std::getenv("MVLLM_ATTN_MERGE");
         return v && std::string_view(v) == "chunked";
     }();
-    return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | (chunked ? mma_decode::kChunkedMerge : 0);
+    static const bool row_splits = env_int("MVLLM_ATTN_ROW_SPLITS", 1) != 0;
+    return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | (chunked ? mma_decode::kChunkedMerge : 0) |
+           (row_splits && !batch_invariant ? mma_decode::kRowSplits : 0);
 }
 
 // The decode kernel's launch attributes, set once; returns its CTAs per SM.
@@ -538,7 +542,7 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
                          batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
                          static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits,
                          out.data, out.type, part_o, part_ml, counters, rows,
-                         decode_flags(), cluster, qx, maps);
+                         decode_flags(batch_invariant), cluster, qx, maps);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

@@ -234,8 +234,12 @@ struct Timeline {
 // shared_bytes<HD, KT, W, Tma>() of dynamic shared memory. Tma: the K/V tiles come by tensor copies
 // (maps; block_size a multiple of kTile), else by cp.async (kc, vc). flags: kEarlyTiles (start
 // the first tiles' copies before the PDL wait), kChunkedMerge (the chunked split merge for 16-64
-// parts, for A/B measurements; otherwise merge_parts_warp).
-constexpr int kEarlyTiles = 1, kChunkedMerge = 2;
+// parts, for A/B measurements; otherwise merge_parts_warp), kRowSplits (each row spreads its own
+// context over the n_splits splits, whole tiles, at least one per warp and at most split_tokens;
+// otherwise splits of split_tokens at fixed positions, as batch invariance needs). A graph is
+// recorded with the plan of its context bucket (up to twice the context): with fixed splits a
+// row in the bucket's lower half leaves half of them idle.
+constexpr int kEarlyTiles = 1, kChunkedMerge = 2, kRowSplits = 4;
 template <int HD, typename KT, int W, bool Tma>
 __global__ void __launch_bounds__(W * 32, 8 / W)
     decode_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv,
@@ -258,6 +262,8 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     const int32_t head0 = kv_head * group + (blockIdx.y % n_tiles) * kHeadTile;
     const int32_t n_g = min(kHeadTile, group - (static_cast<int32_t>(blockIdx.y) % n_tiles) * kHeadTile);
     const int32_t ctx = batch.positions[row] + 1;
+    if (flags & kRowSplits)
+        split_tokens = min(split_tokens, max(W * kTile, (ctx + n_splits * kTile - 1) / (n_splits * kTile) * kTile));
     const int32_t t_begin = blockIdx.z * split_tokens;
     // A split past the row's context has nothing to do, unless its cluster holds an active split:
     // then it takes part in the cluster's barriers (its n_my is 0; the merge reads active splits only).
