@@ -257,8 +257,10 @@ TEST(CudaAttention, ClusterMergesMatchReference) {
 }
 
 // A long context in a plain plan of many splits (the 0.5B geometry at 32K tokens: on the H200, 64
-// splits capped from 132 by kMaxPlainSplits; 16 or more parts take the split merge's chunked
-// path) merged in global memory, against the reference.
+// splits capped from 132 by kMaxPlainSplits) merged in global memory, against the reference. 16 to
+// 64 parts take merge_parts_warp: the 0.5B's 7 heads of 64 dims in two groups of threads, the 7B's
+// (33 parts at 32K) in one, a group of 12 heads in two rounds of items; shorter rows of a batch
+// spread over all the splits (row splits).
 TEST(CudaAttention, LongContextPlainPlanMatchesReference) {
     MVLLM_REQUIRE_GPU();
     // The premise on this GPU (8 warps; slots from the occupancy API): a plain plan of 16 or more
@@ -271,6 +273,8 @@ TEST(CudaAttention, LongContextPlainPlanMatchesReference) {
     EXPECT_LE(plan.split.n_splits, cuda::kMaxPlainSplits);
     run_case(CudaAttentionVariant::Fused, DType::F16, DType::F32, kGeometries[0], {{32768, 1}}, 16, 2200);
     run_case(CudaAttentionVariant::Fused, DType::BF16, DType::F16, kGeometries[0], {{20000, 1}, {9000, 1}}, 16, 2201);
+    run_case(CudaAttentionVariant::Fused, DType::F16, DType::F16, kGeometries[1], {{32768, 1}}, 16, 2202);
+    run_case(CudaAttentionVariant::Fused, DType::BF16, DType::F32, kGeometries[5], {{20000, 1}, {3000, 1}}, 16, 2203);
 }
 
 // Prefill chunks long enough for the tiled kernel (a sequence with at least 64 / group query rows):
