@@ -258,9 +258,9 @@ TEST(CudaAttention, ClusterMergesMatchReference) {
 
 // A long context in a plain plan of many splits (the 0.5B geometry at 32K tokens: on the H200, 64
 // splits capped from 132 by kMaxPlainSplits) merged in global memory, against the reference. 16 to
-// 64 parts take merge_parts_warp: the 0.5B's 7 heads of 64 dims in two groups of threads, the 7B's
-// (33 parts at 32K) in one, a group of 12 heads in two rounds of items; shorter rows of a batch
-// spread over all the splits (row splits).
+// 64 parts take merge_parts_warp: the 0.5B's 7 heads of 64 dims, the 7B's (33 parts at 32K), a
+// group of 12 heads in two rounds of warps; shorter rows of a batch spread over all the splits
+// (row splits).
 TEST(CudaAttention, LongContextPlainPlanMatchesReference) {
     MVLLM_REQUIRE_GPU();
     // The premise on this GPU (8 warps; slots from the occupancy API): a plain plan of 16 or more

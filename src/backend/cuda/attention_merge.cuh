@@ -119,98 +119,71 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
 #endif
 }
 
-// The split merge of kChunkedMergeMinSplits..kMergeChunk parts, with every load of a round in
-// flight at once. The HD / 4 lanes that hold a head's (4 dims) items also hold its parts' (max,
-// sum) pairs, lane j the parts j, j + HD / 4, ... (one L2 round trip for all of them); the head's
-// maximum and merged sum are reductions over those lanes (a fixed tree for a given part count),
-// and each part's weight exp2(m_s - max) goes to shared memory for the o loop. Where the items
-// leave whole warps free (the 0.5B's 7 heads x 16 lanes of 256 threads), the parts are shared
-// among `n_groups` groups of threads, each merging a contiguous range of them in order; the groups'
-// sums are then added in group order. The o values load kGroup parts at a time, the first group
-// before the reductions. The chunked path's two passes through shared memory, four barriers and
-// serial per-head loops took ~4.8 us for 33 parts in the 7B's timelines, against ~1.2 us for the
-// few-part path's single round trip (bench/NOTES.md, nineteenth session). `smem`: free scratch of
-// at least 2 * kHeadTile * kMergeChunk floats.
+// The split merge of kChunkedMergeMinSplits..kMergeChunk parts, in registers and shuffles: the
+// HD / 4 lanes that hold a head's (4 dims) items also hold its parts' (max, sum) pairs, lane j
+// the parts j, j + HD / 4, ... (one L2 round trip for all of them). The head's maximum and its
+// merged sum are reductions over those lanes (a fixed tree for a given part count), each part's
+// weight exp2(m_s - max) reaches the lanes that need it by a shuffle, and the o values load a
+// group of kGroup parts at a time (the first group before the reductions). No barrier and no
+// shared memory: the chunked path's two passes through shared memory, four barriers and serial
+// per-head loops took ~4.8 us for 33 parts in the 7B's timelines, against ~1.2 us for the
+// few-part path's single round trip (bench/NOTES.md, nineteenth session).
 template <int HD, int W>
 __device__ __forceinline__ void merge_parts_warp(const float* part_o, const float* part_ml, int32_t n_parts,
                                                  int32_t n_active_parts, int32_t n_g, int64_t head_row0,
-                                                 float* smem, void* out, DType out_type, const QxView& qx) {
+                                                 void* out, DType out_type, const QxView& qx) {
     constexpr int L = HD / 4;             // lanes per head: 32 (head_dim 128) or 16 (64)
     constexpr int kPer = kMergeChunk / L;  // (max, sum) pairs per lane
-    // o loads in flight per lane: head_dim 128's kernels have registers to spare (one CTA per SM
-    // at 8 warps), head_dim 64's F16 kernel must stay within 128 for two CTAs per SM.
-    constexpr int kGroup = HD >= 128 ? 32 : 8;
-    constexpr int kThreads = W * 32;
-    static_assert(32 % L == 0 && kMergeChunk % L == 0, "a head's lanes within one warp");
-    const int lane = threadIdx.x & 31, j = lane % L;
-    const int items = (n_g * L + 31) / 32 * 32;  // (head, 4 dims) items, in whole warps
-    const int n_groups = max(1, min(4, kThreads / items));
-    const int per_group = (n_active_parts + n_groups - 1) / n_groups;
-    float* s_w = smem;  // [n_groups][kHeadTile][kMergeChunk]: the parts' weights
-    float4* s_part = reinterpret_cast<float4*>(smem + 4 * kHeadTile * kMergeChunk);  // [n_groups - 1][items]
-    for (int base = 0; base < items; base += kThreads) {
-        const int t = base + static_cast<int>(threadIdx.x);
-        const int group = (t - base) / items, item = t - group * items;
-        const bool on = group < n_groups && item < items;  // whole warps
-        const int head = item / L;
-        const bool valid = on && head < n_g;
+    constexpr int kGroup = 8;             // o loads in flight per lane
+    static_assert(32 % L == 0 && kMergeChunk % L == 0 && kMergeChunk % kGroup == 0, "a head's lanes within one warp");
+    const int lane = threadIdx.x & 31, j = lane % L, head_lane0 = lane - j;
+    for (int base = threadIdx.x - lane; base < n_g * L; base += W * 32) {  // whole warps (shuffles)
+        const int head = (base + lane) / L;
+        const bool valid = head < n_g;
         const int64_t head_row = head_row0 + min(head, n_g - 1);
-        const int s0 = group * per_group, s1 = min(n_active_parts, s0 + per_group);
+        const float2* ml = reinterpret_cast<const float2*>(part_ml + head_row * n_parts * 2);
         const float4* po = reinterpret_cast<const float4*>(part_o + head_row * n_parts * HD) + j;
+        float2 p[kPer];
+#pragma unroll
+        for (int r = 0; r < kPer; ++r)
+            p[r] = j + r * L < n_active_parts ? __ldcg(ml + j + r * L) : make_float2(-INFINITY, 0.0f);
+        float4 v[kGroup];
+#pragma unroll
+        for (int t = 0; t < kGroup; ++t)
+            v[t] = t < n_active_parts ? __ldcg(po + t * L) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float mx = -INFINITY;
+#pragma unroll
+        for (int r = 0; r < kPer; ++r) mx = fmaxf(mx, p[r].x);
+#pragma unroll
+        for (int off = L / 2; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        float c[kPer], sum = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kPer; ++r) {
+            c[r] = exp2_or_zero(p[r].x, mx);
+            sum += p[r].y * c[r];
+        }
+#pragma unroll
+        for (int off = L / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
         float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        float sum = 0.0f;
-        if (on) {
-            float4 v[kGroup];
-            const float2* ml = reinterpret_cast<const float2*>(part_ml + head_row * n_parts * 2);
-            float2 p[kPer];
 #pragma unroll
-            for (int r = 0; r < kPer; ++r)
-                p[r] = j + r * L < n_active_parts ? __ldcg(ml + j + r * L) : make_float2(-INFINITY, 0.0f);
+        for (int g0 = 0; g0 < kMergeChunk; g0 += kGroup) {
+            if (g0 >= n_active_parts) break;  // the same for the whole warp
+            if (g0 > 0) {
 #pragma unroll
-            for (int u = 0; u < kGroup; ++u)
-                v[u] = s0 + u < s1 ? __ldcg(po + (s0 + u) * L) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            float mx = -INFINITY;
-#pragma unroll
-            for (int r = 0; r < kPer; ++r) mx = fmaxf(mx, p[r].x);
-#pragma unroll
-            for (int off = L / 2; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-            float* w = s_w + (group * kHeadTile + min(head, kHeadTile - 1)) * kMergeChunk;
-#pragma unroll
-            for (int r = 0; r < kPer; ++r) {
-                const float c = exp2_or_zero(p[r].x, mx);
-                sum += p[r].y * c;
-                w[j + r * L] = c;
+                for (int t = 0; t < kGroup; ++t)
+                    v[t] = g0 + t < n_active_parts ? __ldcg(po + (g0 + t) * L) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
 #pragma unroll
-            for (int off = L / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-            __syncwarp();
-#pragma unroll 1
-            for (int g0 = s0; g0 < s1; g0 += kGroup) {
-                if (g0 > s0) {
-#pragma unroll
-                    for (int u = 0; u < kGroup; ++u)
-                        v[u] = g0 + u < s1 ? __ldcg(po + (g0 + u) * L) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                }
-#pragma unroll
-                for (int u = 0; u < kGroup; ++u) {
-                    if (g0 + u >= s1) break;
-                    const float c = w[g0 + u];
-                    a.x += v[u].x * c;
-                    a.y += v[u].y * c;
-                    a.z += v[u].z * c;
-                    a.w += v[u].w * c;
-                }
+            for (int t = 0; t < kGroup; ++t) {
+                const int s = g0 + t;  // part s's weight is c[s / L] of the head's lane s % L
+                const float w = __shfl_sync(0xffffffffu, c[s / L], head_lane0 + s % L);
+                a.x += v[t].x * w;
+                a.y += v[t].y * w;
+                a.z += v[t].z * w;
+                a.w += v[t].w * w;
             }
-            if (group > 0) s_part[(group - 1) * items + item] = a;
         }
-        if (n_groups > 1) __syncthreads();  // n_groups is the same for the whole CTA
-        if (on && group == 0) {
-            for (int g = 1; g < n_groups; ++g) {
-                const float4 b = s_part[(g - 1) * items + item];
-                a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
-            }
-            if (valid) store_out4(out, out_type, qx, head_row * HD + j * 4, a, sum);
-        }
+        if (valid) store_out4(out, out_type, qx, head_row * HD + j * 4, a, sum);
     }
 }
 
@@ -228,7 +201,7 @@ __device__ __forceinline__ void merge_parts(const float* part_o, const float* pa
     constexpr bool kWarpMerge = W == 8 && HD >= 64;
     if (kWarpMerge && n_active_parts >= kChunkedMergeMinSplits && n_active_parts <= kMergeChunk && !chunked) {
         if constexpr (kWarpMerge)
-            merge_parts_warp<HD, W>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, smem, out, out_type, qx);
+            merge_parts_warp<HD, W>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx);
     } else if (n_active_parts < kChunkedMergeMinSplits) {
         // Few splits: each thread merges them for its (head, 4 dims). All the splits' (max, sum)
         // pairs and o values are loaded at once (unrolled to the fixed bound, predicated on

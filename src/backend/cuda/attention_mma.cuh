@@ -17,8 +17,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <type_traits>
-
 #include "backend/cuda/attention_merge.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kv_tensor_maps.h"
@@ -43,8 +41,6 @@ constexpr size_t shared_bytes() {
 static_assert(kKvMapRows == kTile, "a tensor-copy box is one tile of tokens (kv_tensor_maps.h)");
 static_assert(2 * kHeadTile * kMergeChunk * sizeof(float) <= shared_bytes<16, __half, 4>(),
               "the split merge's chunk fits the smallest kernel's shared memory");
-static_assert((4 * kHeadTile * kMergeChunk + 3 * 8 * 32 * 4) * sizeof(float) <= shared_bytes<64, __half, 8>(),
-              "merge_parts_warp's weights and group sums fit the kernels that take it");
 
 // Two floats as a packed pair of the KV type; `lo` receives what the rounding lost (BF16 only).
 template <typename KT>
@@ -244,12 +240,8 @@ struct Timeline {
 // recorded with the plan of its context bucket (up to twice the context): with fixed splits a
 // row in the bucket's lower half leaves half of them idle.
 constexpr int kEarlyTiles = 1, kChunkedMerge = 2, kRowSplits = 4;
-// The F16 kernels of head_dim <= 64 hold 16 warps per SM (two CTAs of 8 warps: 128 registers a
-// thread at most), which the split plans count on; the others one CTA of 8 warps.
-template <int HD, typename KT>
-constexpr int kDecodeWarpsPerSm = HD <= 64 && std::is_same_v<KT, __half> ? 16 : 8;
 template <int HD, typename KT, int W, bool Tma>
-__global__ void __launch_bounds__(W * 32, kDecodeWarpsPerSm<HD, KT> / W)
+__global__ void __launch_bounds__(W * 32, 8 / W)
     decode_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv,
                   const float* q, int32_t n_heads, float scale_log2, int32_t split_tokens,
                   int32_t n_splits, void* out, DType out_type, float* part_o, float* part_ml, int32_t* counters,
