@@ -125,9 +125,9 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
 // merged sum are reductions over those lanes (a fixed tree for a given part count), each part's
 // weight exp2(m_s - max) reaches the lanes that need it by a shuffle, and the o values load a
 // group of kGroup parts at a time (the first group before the reductions). No barrier and no
-// shared memory: the chunked path's two passes through shared memory, four barriers and serial
-// per-head loops took ~4.8 us for 33 parts in the 7B's timelines, against ~1.2 us for the
-// few-part path's single round trip (bench/NOTES.md, nineteenth session).
+// shared memory. On the H200 (bench/NOTES.md, twentieth session): 7B F16 at 32K 22.3 us per
+// layer against 23.0 with the chunked path, 0.5B 12.2 against 13.8. Deeper loads (32 parts in
+// flight, weights through shared memory) were slower: 23.3 us, the final merge 10.6 against 5.6.
 template <int HD, int W>
 __device__ __forceinline__ void merge_parts_warp(const float* part_o, const float* part_ml, int32_t n_parts,
                                                  int32_t n_active_parts, int32_t n_g, int64_t head_row0,
