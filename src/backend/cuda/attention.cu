@@ -6,7 +6,6 @@
 #include <cstring>
 #include <vector>
 #include <string>
-#include <string_view>
 #include <cstdint>
 #include <type_traits>
 
@@ -449,9 +448,9 @@ int32_t min_split_tokens(int warps) {
 int decode_flags(bool batch_invariant) {
     static const bool chunked = [] {
         const char* v = std::getenv("MVLLM_ATTN_MERGE");
-        return v && std::string_view(v) == "chunked";
+        return v && std::strcmp(v, "chunked") == 0;
     }();
-    static const bool row_splits = env_int("MVLLM_ATTN_ROW_SPLITS", 1) != 0;
+    static const bool row_splits = env_on("MVLLM_ATTN_ROW_SPLITS");
     return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | (chunked ? mma_decode::kChunkedMerge : 0) |
            (row_splits && !batch_invariant ? mma_decode::kRowSplits : 0);
 }

@@ -198,11 +198,13 @@ __device__ __forceinline__ void merge_parts(const float* part_o, const float* pa
     // The warp merge in the kernels that take many splits: eight warps (four are for batches whose
     // rows fill the SMs), head_dim 64 or 128 (its registers would cost the smaller head dims, kept
     // for tests, and the four-warp head_dim 64 kernel a CTA per SM).
-    constexpr bool kWarpMerge = W == 8 && HD >= 64;
-    if (kWarpMerge && n_active_parts >= kChunkedMergeMinSplits && n_active_parts <= kMergeChunk && !chunked) {
-        if constexpr (kWarpMerge)
+    if constexpr (W == 8 && HD >= 64) {
+        if (n_active_parts >= kChunkedMergeMinSplits && n_active_parts <= kMergeChunk && !chunked) {
             merge_parts_warp<HD, W>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx);
-    } else if (n_active_parts < kChunkedMergeMinSplits) {
+            return;
+        }
+    }
+    if (n_active_parts < kChunkedMergeMinSplits) {
         // Few splits: each thread merges them for its (head, 4 dims). All the splits' (max, sum)
         // pairs and o values are loaded at once (unrolled to the fixed bound, predicated on
         // n_active_parts), so the merge costs one L2 round trip, not one per split; the arithmetic is
