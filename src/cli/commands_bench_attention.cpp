@@ -12,7 +12,7 @@ namespace mvllm::cli {
 
 void register_bench_attention_command(CLI::App& app) {
     static std::string device = "cuda", json_out;
-    static bool quick = false;
+    static bool quick = false, merge = false;
     static std::vector<int> contexts;
     static std::vector<int> batches = {1, 16};
     CLI::App* b = bench_group(app)->add_subcommand(
@@ -21,6 +21,9 @@ void register_bench_attention_command(CLI::App& app) {
         ->check(CLI::IsMember({"cuda"}));
     b->add_option("--json-out", json_out, "write the rows as JSON");
     b->add_flag("--quick", quick, "contexts 4096 and 32768, the fused kernel only");
+    b->add_flag("--merge", merge,
+                "instead: time the decode kernel's final split merge alone (its paths and loads in flight, "
+                "partials in L2 or DRAM; a profiling aid)");
     b->add_option("--contexts", contexts, "only these contexts of the table (e.g. 128,4096; with --quick: fused only)")
         ->delimiter(',')
         ->check(CLI::IsMember({128, 256, 512, 1024, 2048, 4096, 16384, 32768}));
@@ -29,6 +32,7 @@ void register_bench_attention_command(CLI::App& app) {
         ->check(CLI::Range(1, 512));
     b->callback([] {
 #ifdef MVLLM_HAVE_CUDA
+        if (merge) std::exit(cuda::run_merge_bench());
         cuda::AttentionBenchOptions o;
         o.json_out = json_out;
         o.quick = quick;

@@ -16,4 +16,8 @@ struct AttentionBenchOptions {
 // Runs the benchmark on device 0, printing a table; 0 on success.
 int run_attention_bench(const AttentionBenchOptions& options);
 
+// `bench attention --merge` (attention_merge_bench.cu): the final split merge alone, its paths
+// and loads in flight, on partials in L2 or in DRAM; 0 when every path agrees with the chunked one.
+int run_merge_bench();
+
 }  // namespace mvllm::cuda

@@ -1,4 +1,4 @@
-// The split merges of the tensor-core decode kernel (attention_mma.cuh; included by it only):
+// The split merges of the tensor-core decode kernel (attention_mma.cuh, and the merge benchmark):
 // how a row's context splits, each with an unnormalised partial o and a base-2 (max, sum) per
 // query head, become its normalised output, and how that output is stored (with its QX, the
 // GEMV's activation format, when asked).
@@ -128,13 +128,13 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
 // shared memory. On the H200 (bench/NOTES.md, twentieth session): 7B F16 at 32K 22.3 us per
 // layer against 23.0 with the chunked path, 0.5B 12.2 against 13.8. Deeper loads (32 parts in
 // flight, weights through shared memory) were slower: 23.3 us, the final merge 10.6 against 5.6.
-template <int HD, int W>
+// kGroup: o loads in flight per lane (other values for the merge benchmark only).
+template <int HD, int W, int kGroup = 8>
 __device__ __forceinline__ void merge_parts_warp(const float* part_o, const float* part_ml, int32_t n_parts,
                                                  int32_t n_active_parts, int32_t n_g, int64_t head_row0,
                                                  void* out, DType out_type, const QxView& qx) {
     constexpr int L = HD / 4;             // lanes per head: 32 (head_dim 128) or 16 (64)
     constexpr int kPer = kMergeChunk / L;  // (max, sum) pairs per lane
-    constexpr int kGroup = 8;             // o loads in flight per lane
     static_assert(32 % L == 0 && kMergeChunk % L == 0 && kMergeChunk % kGroup == 0, "a head's lanes within one warp");
     const int lane = threadIdx.x & 31, j = lane % L, head_lane0 = lane - j;
     for (int base = threadIdx.x - lane; base < n_g * L; base += W * 32) {  // whole warps (shuffles)
