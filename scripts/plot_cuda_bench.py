@@ -88,8 +88,9 @@ def plot_h200(h):
         for typ in ('q4_0', 'q4_k_m'):
             for prompt in (128, 512, 1024, 2048, 4096, 16384, 32768):
                 p = os.path.join(h, f'b3_{geo}_{typ}_p{prompt}.json')
-                if os.path.exists(p):
-                    rows.append((f'{label} {typ}, prompt {prompt}', json.load(open(p))['decode_tok_s_median'],
+                if os.path.exists(p):  # the run's date beside each bar: the files come from several sessions
+                    d = json.load(open(p))
+                    rows.append((f'{label} {typ}, prompt {prompt} ({d.get("date", "")[5:10]})', d['decode_tok_s_median'],
                                  '#4a7bd0' if typ == 'q4_0' else '#e9a03b'))
     if rows:
         bars('B3 decode tok/s (127 steps) after a prompt, batch 1, F16 KV, H200', rows, 'tok/s',
