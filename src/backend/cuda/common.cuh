@@ -129,11 +129,21 @@ bool pdl_enabled();
 constexpr int kEarlyAttention = 1, kEarlyGemv = 2;
 int early_loads();
 
+// MVLLM_CUDA_CARVEOUT=p (0-100; for A/B measurements): every kernel launched through launch_pdl
+// prefers p % of each SM's unified L1 / shared memory as shared memory (set once per kernel).
+// Unset: the driver's choice per kernel, except where a kernel sets its own (the decode attention:
+// all of it). An SM whose configuration differs from a kernel's must drain before that kernel's
+// CTAs can start there, which may be why the 7B's attention CTAs pass their wait up to 3.1 us
+// apart in the decode step (after the QKV GEMV) and 0.03 us for the 0.5B (bench/NOTES.md,
+// twentieth session); 100 gives every kernel the attention's configuration.
+void apply_carveout(const void* kernel);
+
 // kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch when enabled,
 // its CTAs grouped into thread-block clusters of `cluster` CTAs (launch_pdl_clustered).
 template <typename... Params, typename... Args>
 void launch_pdl_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                           dim3 cluster, Args&&... args) {
+    apply_carveout(reinterpret_cast<const void*>(kernel));
     cudaLaunchAttribute attr[2];
     unsigned n = 0;
     if (pdl_enabled()) {

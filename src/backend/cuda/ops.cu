@@ -1,7 +1,10 @@
 #include "backend/cuda/ops.cuh"
 
+#include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/rope.cuh"
@@ -439,6 +442,17 @@ int early_loads() {
 bool pdl_enabled() {
     static const bool on = env_on("MVLLM_CUDA_PDL");
     return on;
+}
+
+void apply_carveout(const void* kernel) {
+    static const int percent = env_int("MVLLM_CUDA_CARVEOUT", -1);
+    if (percent < 0) return;
+    static std::mutex mu;
+    static std::unordered_set<const void*> done;
+    const std::lock_guard<std::mutex> lock(mu);
+    if (done.insert(kernel).second)
+        MVLLM_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, std::min(percent, 100)));
 }
 
 }  // namespace mvllm::cuda
