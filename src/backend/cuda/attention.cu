@@ -442,16 +442,23 @@ int32_t min_split_tokens(int warps) {
 }
 
 // The decode kernel's flags: its first tiles before the PDL wait (MVLLM_EARLY_LOADS), the chunked
-// split merge in place of the warp merge (MVLLM_ATTN_MERGE=chunked; measurements only), and each
+// split merge in place of the warp merge (MVLLM_ATTN_MERGE=chunked) or its 8-part groups
+// (MVLLM_ATTN_MERGE=x8), the split count's earlier fences (MVLLM_ATTN_FENCE=sc), and each
 // row's context spread over all the splits unless batch-invariant (MVLLM_ATTN_ROW_SPLITS=0:
 // fixed positions; measurements only).
 int decode_flags(bool batch_invariant) {
-    static const bool chunked = [] {
+    static const int merge = [] {
         const char* v = std::getenv("MVLLM_ATTN_MERGE");
-        return v && std::strcmp(v, "chunked") == 0;
+        if (v && std::strcmp(v, "chunked") == 0) return mma_decode::kChunkedMerge;
+        if (v && std::strcmp(v, "x8") == 0) return mma_decode::kMergeGroup8Flag;
+        return 0;
+    }();
+    static const int fence = [] {
+        const char* v = std::getenv("MVLLM_ATTN_FENCE");
+        return v && std::strcmp(v, "sc") == 0 ? mma_decode::kScFence : 0;
     }();
     static const bool row_splits = env_on("MVLLM_ATTN_ROW_SPLITS");
-    return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | (chunked ? mma_decode::kChunkedMerge : 0) |
+    return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | merge | fence |
            (row_splits && !batch_invariant ? mma_decode::kRowSplits : 0);
 }
 

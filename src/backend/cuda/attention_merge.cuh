@@ -44,18 +44,23 @@ __device__ __forceinline__ void store_out(void* out, DType out_type, const QxVie
     if (qx.hi) write_qx_block(qx, i / 32, static_cast<int>(i % 32), round_to(out_type, v));
 }
 
-// out[i .. i + 3] = a / sum, and with qx their QX values: eight aligned lanes store a block.
+// out[i .. i + N - 1] = a / sum, and with qx their QX values: 32 / N aligned lanes store a block.
+template <int N>
+__device__ __forceinline__ void store_out_n(void* out, DType out_type, const QxView& qx, int64_t i,
+                                            const float (&a)[N], float sum) {
+    float v[N];
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+        v[n] = a[n] / sum;
+        store_any(out, out_type, i + n, v[n]);
+        v[n] = round_to(out_type, v[n]);
+    }
+    if (qx.hi) write_qx_block_n<N>(qx, i / 32, static_cast<int>(i % 32) / N + (threadIdx.x & (32 - 32 / N)), v);
+}
 __device__ __forceinline__ void store_out4(void* out, DType out_type, const QxView& qx, int64_t i, float4 a,
                                            float sum) {
-    const float4 v = make_float4(a.x / sum, a.y / sum, a.z / sum, a.w / sum);
-    store_any(out, out_type, i, v.x);
-    store_any(out, out_type, i + 1, v.y);
-    store_any(out, out_type, i + 2, v.z);
-    store_any(out, out_type, i + 3, v.w);
-    if (qx.hi)
-        write_qx_block4(qx, i / 32, static_cast<int>(i % 32) / 4 + (threadIdx.x & 24),
-                        make_float4(round_to(out_type, v.x), round_to(out_type, v.y), round_to(out_type, v.z),
-                                    round_to(out_type, v.w)));
+    const float v[4] = {a.x, a.y, a.z, a.w};
+    store_out_n<4>(out, out_type, qx, i, v, sum);
 }
 
 // ---- the split merges ----------------------------------------------------------------------------
@@ -119,43 +124,57 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
 #endif
 }
 
-// The split merge of kChunkedMergeMinSplits..kMergeChunk parts, in registers and shuffles: the
-// HD / 4 lanes that hold a head's (4 dims) items also hold its parts' (max, sum) pairs, lane j
-// the parts j, j + HD / 4, ... (one L2 round trip for all of them). The head's maximum and its
-// merged sum are reductions over those lanes (a fixed tree for a given part count), each part's
-// weight exp2(m_s - max) reaches the lanes that need it by a shuffle, and the o values load a
-// group of kGroup parts at a time (the first group before the reductions). No barrier and no
-// shared memory. On the H200 (bench/NOTES.md, twentieth session): 7B F16 at 32K 22.3 us per
-// layer against 23.0 with the chunked path, 0.5B 12.2 against 13.8. Deeper loads (32 parts in
-// flight, weights through shared memory) were slower: 23.3 us, the final merge 10.6 against 5.6.
-// kGroup: o loads in flight per lane (other values for the merge benchmark only).
+// VW consecutive floats of the partials (2 or 4: one 8- or 16-byte load, through L2).
+template <int VW>
+__device__ __forceinline__ void load_part_vec(const float* p, float (&v)[VW]) {
+    if constexpr (VW == 4) {
+        const float4 x = __ldcg(reinterpret_cast<const float4*>(p));
+        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+    } else {
+        const float2 x = __ldcg(reinterpret_cast<const float2*>(p));
+        v[0] = x.x, v[1] = x.y;
+    }
+}
+
+// The split merge of kChunkedMergeMinSplits..kMergeChunk parts, in registers and shuffles: a warp
+// per head, each lane VW = HD / 32 of its dims. The lanes also hold the head's parts' (max, sum)
+// pairs, lane j the parts j, j + 32 (one L2 round trip for all of them). The head's maximum and its
+// merged sum are shuffle trees over the warp, each part's weight exp2(m_s - max) reaches the lanes
+// by a shuffle, and the o values load a group of kGroup parts at a time (the first group before the
+// reductions). No barrier and no shared memory. On the H200 (bench/NOTES.md, twentieth session):
+// 7B F16 at 32K 22.3 us per layer against 23.0 with the chunked path, 0.5B 12.2 against 13.8.
+// Deeper loads (32 parts in flight, weights through shared memory) were slower: 23.3 us, the final
+// merge 10.6 against 5.6. (Until the twenty-first session head_dim 64 took 16 lanes of 4 dims: half
+// the loads in flight per head for the same registers.) kGroup: o loads in flight per lane.
 template <int HD, int W, int kGroup = 8>
 __device__ __forceinline__ void merge_parts_warp(const float* part_o, const float* part_ml, int32_t n_parts,
                                                  int32_t n_active_parts, int32_t n_g, int64_t head_row0,
                                                  void* out, DType out_type, const QxView& qx) {
-    constexpr int L = HD / 4;             // lanes per head: 32 (head_dim 128) or 16 (64)
-    constexpr int kPer = kMergeChunk / L;  // (max, sum) pairs per lane
-    static_assert(32 % L == 0 && kMergeChunk % L == 0 && kMergeChunk % kGroup == 0, "a head's lanes within one warp");
-    const int lane = threadIdx.x & 31, j = lane % L, head_lane0 = lane - j;
-    for (int base = threadIdx.x - lane; base < n_g * L; base += W * 32) {  // whole warps (shuffles)
-        const int head = (base + lane) / L;
-        const bool valid = head < n_g;
-        const int64_t head_row = head_row0 + min(head, n_g - 1);
+    constexpr int VW = HD / 32;            // dims per lane: 4 (head_dim 128) or 2 (64)
+    constexpr int kPer = kMergeChunk / 32;  // (max, sum) pairs per lane
+    static_assert((VW == 2 || VW == 4) && kPer == 2 && kMergeChunk % kGroup == 0, "a warp per head, two pairs a lane");
+    const int lane = threadIdx.x & 31;
+    for (int head = threadIdx.x >> 5; head < n_g; head += W) {  // whole warps (shuffles)
+        const int64_t head_row = head_row0 + head;
         const float2* ml = reinterpret_cast<const float2*>(part_ml + head_row * n_parts * 2);
-        const float4* po = reinterpret_cast<const float4*>(part_o + head_row * n_parts * HD) + j;
+        const float* po = part_o + head_row * n_parts * HD + lane * VW;
         float2 p[kPer];
 #pragma unroll
         for (int r = 0; r < kPer; ++r)
-            p[r] = j + r * L < n_active_parts ? __ldcg(ml + j + r * L) : make_float2(-INFINITY, 0.0f);
-        float4 v[kGroup];
+            p[r] = lane + r * 32 < n_active_parts ? __ldcg(ml + lane + r * 32) : make_float2(-INFINITY, 0.0f);
+        float v[kGroup][VW];
 #pragma unroll
-        for (int t = 0; t < kGroup; ++t)
-            v[t] = t < n_active_parts ? __ldcg(po + t * L) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int t = 0; t < kGroup; ++t) {
+            if (t < n_active_parts) load_part_vec<VW>(po + t * HD, v[t]);
+            else
+#pragma unroll
+                for (int e = 0; e < VW; ++e) v[t][e] = 0.0f;
+        }
         float mx = -INFINITY;
 #pragma unroll
         for (int r = 0; r < kPer; ++r) mx = fmaxf(mx, p[r].x);
 #pragma unroll
-        for (int off = L / 2; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
         float c[kPer], sum = 0.0f;
 #pragma unroll
         for (int r = 0; r < kPer; ++r) {
@@ -163,44 +182,68 @@ __device__ __forceinline__ void merge_parts_warp(const float* part_o, const floa
             sum += p[r].y * c[r];
         }
 #pragma unroll
-        for (int off = L / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-        for (int g0 = 0; g0 < kMergeChunk; g0 += kGroup) {
-            if (g0 >= n_active_parts) break;  // the same for the whole warp
+        for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        float a[VW] = {};
+        // Not unrolled: unrolled, the compiler hoists every group's loads (255 registers).
+#pragma unroll 1
+        for (int g0 = 0; g0 < n_active_parts; g0 += kGroup) {  // the same for the whole warp
             if (g0 > 0) {
 #pragma unroll
-                for (int t = 0; t < kGroup; ++t)
-                    v[t] = g0 + t < n_active_parts ? __ldcg(po + (g0 + t) * L) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                for (int t = 0; t < kGroup; ++t) {
+                    if (g0 + t < n_active_parts) load_part_vec<VW>(po + (g0 + t) * HD, v[t]);
+                    else
+#pragma unroll
+                        for (int e = 0; e < VW; ++e) v[t][e] = 0.0f;
+                }
             }
 #pragma unroll
             for (int t = 0; t < kGroup; ++t) {
-                const int s = g0 + t;  // part s's weight is c[s / L] of the head's lane s % L
-                const float w = __shfl_sync(0xffffffffu, c[s / L], head_lane0 + s % L);
-                a.x += v[t].x * w;
-                a.y += v[t].y * w;
-                a.z += v[t].z * w;
-                a.w += v[t].w * w;
+                const int s = g0 + t;  // part s's weight is c[s / 32] of lane s % 32
+                const float w = __shfl_sync(0xffffffffu, s < 32 ? c[0] : c[1], s % 32);
+#pragma unroll
+                for (int e = 0; e < VW; ++e) a[e] += v[t][e] * w;
             }
         }
-        if (valid) store_out4(out, out_type, qx, head_row * HD + j * 4, a, sum);
+        store_out_n<VW>(out, out_type, qx, head_row * HD + lane * VW, a, sum);
     }
+}
+
+// merge_parts_warp as a call: at head_dim 64 the 8-warp F16 kernel holds 128 registers (two CTAs
+// per SM) only if the merge's registers are allocated apart from the main loop's.
+template <int HD, int W, int kGroup>
+__device__ __noinline__ void merge_parts_warp_call(const float* part_o, const float* part_ml, int32_t n_parts,
+                                                   int32_t n_active_parts, int32_t n_g, int64_t head_row0,
+                                                   void* out, DType out_type, const QxView& qx) {
+    merge_parts_warp<HD, W, kGroup>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx);
 }
 
 // The last CTA of a row's active parts merges them (`part_o` [head_row][n_parts][HD], `part_ml`
 // [head_row][n_parts][2]) into the output, for the n_g heads from head_row0 on; `smem` is free
 // scratch of at least 2 * kHeadTile * kMergeChunk floats; s_max / s_sum are [kHeadTile].
+// The path: kMergeChunked (the chunked path for 16-64 parts, A/B measurements only), kMergeGroup8
+// (the warp merge with 8 o loads in flight above 16 parts, A/B only), else the default.
+constexpr int kMergeWarp = 0, kMergeChunked = 1, kMergeGroup8 = 2;
 template <int HD, int W>
 __device__ __forceinline__ void merge_parts(const float* part_o, const float* part_ml, int32_t n_parts,
                                             int32_t n_active_parts, int32_t n_g, int64_t head_row0, float* smem,
                                             float* s_max, float* s_sum, void* out, DType out_type, const QxView& qx,
-                                            bool chunked) {
+                                            int path) {
     // The warp merge in the kernels that take many splits: eight warps (four are for batches whose
     // rows fill the SMs), head_dim 64 or 128 (its registers would cost the smaller head dims, kept
-    // for tests, and the four-warp head_dim 64 kernel a CTA per SM).
+    // for tests, and the four-warp head_dim 64 kernel a CTA per SM). Above 16 parts the o values
+    // load 16 parts at a time: the merge alone (`bench attention --merge`, twenty-first session)
+    // took 2.1 against 3.8 us for 63 parts at head_dim 64 and 2.2 against 2.5 for 33 at 128, but
+    // 1.3 against 1.1 for 16 parts at 128.
     if constexpr (W == 8 && HD >= 64) {
-        if (n_active_parts >= kChunkedMergeMinSplits && n_active_parts <= kMergeChunk && !chunked) {
-            merge_parts_warp<HD, W>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx);
+        if (n_active_parts >= kChunkedMergeMinSplits && n_active_parts <= kMergeChunk && path != kMergeChunked) {
+            const bool deep = n_active_parts > kChunkedMergeMinSplits && path != kMergeGroup8;
+            if constexpr (HD == 64) {
+                if (deep) merge_parts_warp_call<HD, W, 16>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx);
+                else merge_parts_warp_call<HD, W, 8>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx);
+            } else {
+                if (deep) merge_parts_warp<HD, W, 16>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx);
+                else merge_parts_warp<HD, W, 8>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx);
+            }
             return;
         }
     }

@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(256) merge_probe_kernel(const float* part_o, c
     const QxView no_qx{};
     if constexpr (V == kChunked)
         mma_decode::merge_parts<HD, 8>(part_o, part_ml, n_parts, n_parts, n_g, 0, smem, s_max, s_sum, out, DType::F32,
-                                       no_qx, true);
+                                       no_qx, mma_decode::kMergeChunked);
     else if constexpr (V == kWarp)
         mma_decode::merge_parts_warp<HD, 8, G>(part_o, part_ml, n_parts, n_parts, n_g, 0, out, DType::F32, no_qx);
     else

@@ -234,12 +234,20 @@ struct Timeline {
 // shared_bytes<HD, KT, W, Tma>() of dynamic shared memory. Tma: the K/V tiles come by tensor copies
 // (maps; block_size a multiple of kTile), else by cp.async (kc, vc). flags: kEarlyTiles (start
 // the first tiles' copies before the PDL wait), kChunkedMerge (the chunked split merge for 16-64
-// parts, for A/B measurements; otherwise merge_parts_warp), kRowSplits (each row spreads its own
+// parts, for A/B measurements; otherwise merge_parts_warp; kMergeGroup8Flag: its 8-part groups above
+// 16 parts, A/B only), kScFence (the split count's earlier fences, A/B only), kRowSplits (each row spreads its own
 // context over the n_splits splits, whole tiles, at least one per warp and at most split_tokens;
 // otherwise splits of split_tokens at fixed positions, as batch invariance needs). A graph is
 // recorded with the plan of its context bucket (up to twice the context): with fixed splits a
 // row in the bucket's lower half leaves half of them idle.
-constexpr int kEarlyTiles = 1, kChunkedMerge = 2, kRowSplits = 4;
+constexpr int kEarlyTiles = 1, kChunkedMerge = 2, kRowSplits = 4, kScFence = 8, kMergeGroup8Flag = 16;
+
+// atomicAdd with acquire-release semantics at GPU scope.
+__device__ __forceinline__ int32_t atomic_add_acq_rel(int32_t* p, int32_t v) {
+    int32_t old;
+    asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
 template <int HD, typename KT, int W, bool Tma>
 __global__ void __launch_bounds__(W * 32, 8 / W)
     decode_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv,
@@ -523,20 +531,27 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         }
     }
 
-    // The last CTA of the row's active parts to get here merges them all.
-    __threadfence();
+    // The last CTA of the row's active parts to get here merges them all. Thread 0 counts the CTA in
+    // with one acquire-release atomic after a barrier: its release publishes the CTA's partials (the
+    // barrier orders them before it) and, in the last CTA, its acquire makes every other CTA's
+    // visible to the loads after the second barrier. (kScFence: every thread's __threadfence before
+    // a relaxed atomic and again after it, the earlier form, for A/B measurements.)
+    const bool sc_fence = (flags & kScFence) != 0;
+    if (sc_fence) __threadfence();
     __syncthreads();
     int32_t* counter = counters + static_cast<int64_t>(row) * gridDim.y + blockIdx.y;
-    if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == n_active_parts * cluster - 1;
+    if (threadIdx.x == 0)
+        s_last = (sc_fence ? atomicAdd(counter, 1) : atomic_add_acq_rel(counter, 1)) == n_active_parts * cluster - 1;
     __syncthreads();
     tl.mark(7);
     if (!s_last) {
         tl.flush(kc);
         return;
     }
-    __threadfence();
+    if (sc_fence) __threadfence();
     merge_parts<HD, W>(part_o, part_ml, n_parts, n_active_parts, n_g, static_cast<int64_t>(row) * n_heads + head0,
-                       reinterpret_cast<float*>(smem), s_max, s_sum, out, out_type, qx, (flags & kChunkedMerge) != 0);
+                       reinterpret_cast<float*>(smem), s_max, s_sum, out, out_type, qx,
+                       flags & kChunkedMerge ? kMergeChunked : flags & kMergeGroup8Flag ? kMergeGroup8 : kMergeWarp);
     if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
     tl.mark(8);
     tl.flush(kc);

@@ -20,44 +20,53 @@ __device__ __forceinline__ float round_to(DType t, float v) {
 
 __device__ __forceinline__ int qx_value(float v, float inv) { return max(-32767, min(32767, __float2int_rn(v * inv))); }
 
-// Quantises value v of lane `lane` into QX block b (global block index row * n_in / 32 + block);
-// the whole warp calls it.
-__device__ __forceinline__ void write_qx_block(const QxView& q, int64_t b, int lane, float v) {
-    const float amax = warp_max(fabsf(v));
-    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-    const int X = qx_value(v, inv);
-    q.hi[b * 32 + lane] = static_cast<int8_t>(X >> 8);
-    q.lo[b * 32 + lane] = static_cast<uint8_t>(X & 0xFF);
-    int s = X;
+// Quantises a QX block (global block index row * n_in / 32 + block) held as N consecutive values
+// per lane by 32 / N aligned lanes (lane % (32 / N) = which N); those lanes call it together. The
+// block's maximum and its two 16-value sums are exact (a maximum, integer sums), so every N gives
+// the same bits.
+template <int N>
+__device__ __forceinline__ void write_qx_block_n(const QxView& q, int64_t b, int lane, const float (&v)[N]) {
+    static_assert(N == 1 || N == 2 || N == 4, "1, 2 or 4 values per lane");
+    constexpr int kLanes = 32 / N;
+    const int first = lane & ~(kLanes - 1) & 31, sub = lane & (kLanes - 1);
+    const unsigned group = kLanes == 32 ? 0xffffffffu : ((1u << (kLanes & 31)) - 1) << first;
+    float amax = 0.0f;
 #pragma unroll
-    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);  // within each 16-lane half
-    const int s1 = __shfl_sync(0xffffffffu, s, 16);
-    if (lane == 0) q.meta[b] = make_int4(__float_as_int(amax / 32767.0f), s, s1, 0);
+    for (int n = 0; n < N; ++n) amax = fmaxf(amax, fabsf(v[n]));
+#pragma unroll
+    for (int o = kLanes / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(group, amax, o));
+    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    uint32_t hi = 0, lo = 0;
+    int s = 0;
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+        const int X = qx_value(v[n], inv);
+        hi |= static_cast<uint32_t>(static_cast<uint8_t>(X >> 8)) << (8 * n);
+        lo |= static_cast<uint32_t>(X & 0xFF) << (8 * n);
+        s += X;
+    }
+    int8_t* h = q.hi + b * 32 + sub * N;
+    uint8_t* l = q.lo + b * 32 + sub * N;
+    if constexpr (N == 4) {
+        *reinterpret_cast<uint32_t*>(h) = hi;
+        *reinterpret_cast<uint32_t*>(l) = lo;
+    } else if constexpr (N == 2) {
+        *reinterpret_cast<uint16_t*>(h) = static_cast<uint16_t>(hi);
+        *reinterpret_cast<uint16_t*>(l) = static_cast<uint16_t>(lo);
+    } else {
+        *h = static_cast<int8_t>(hi);
+        *l = static_cast<uint8_t>(lo);
+    }
+#pragma unroll
+    for (int o = 1; o < kLanes / 2; o <<= 1) s += __shfl_xor_sync(group, s, o);  // within each 16-value half
+    const int s1 = __shfl_sync(group, s, first + kLanes / 2);
+    if (sub == 0) q.meta[b] = make_int4(__float_as_int(amax / 32767.0f), s, s1, 0);
 }
 
-// The same for a block held as four values per lane by eight aligned lanes (lane & 7 = which
-// four); those eight lanes call it together.
-__device__ __forceinline__ void write_qx_block4(const QxView& q, int64_t b, int lane, float4 v) {
-    const unsigned group = 0xFFu << (lane & 24);
-    const int sub = lane & 7;
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(group, amax, o));
-    const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-    const int X[4] = {qx_value(v.x, inv), qx_value(v.y, inv), qx_value(v.z, inv), qx_value(v.w, inv)};
-    char4 hi;
-    uchar4 lo;
-    hi.x = static_cast<int8_t>(X[0] >> 8), hi.y = static_cast<int8_t>(X[1] >> 8);
-    hi.z = static_cast<int8_t>(X[2] >> 8), hi.w = static_cast<int8_t>(X[3] >> 8);
-    lo.x = static_cast<uint8_t>(X[0] & 0xFF), lo.y = static_cast<uint8_t>(X[1] & 0xFF);
-    lo.z = static_cast<uint8_t>(X[2] & 0xFF), lo.w = static_cast<uint8_t>(X[3] & 0xFF);
-    reinterpret_cast<char4*>(q.hi + b * 32)[sub] = hi;
-    reinterpret_cast<uchar4*>(q.lo + b * 32)[sub] = lo;
-    int s = X[0] + X[1] + X[2] + X[3];
-    s += __shfl_xor_sync(group, s, 1);  // values 0-15 are lanes 0-3 of the eight, 16-31 lanes 4-7
-    s += __shfl_xor_sync(group, s, 2);
-    const int s1 = __shfl_sync(group, s, (lane & 24) + 4);
-    if (sub == 0) q.meta[b] = make_int4(__float_as_int(amax / 32767.0f), s, s1, 0);
+// One value per lane, the whole warp.
+__device__ __forceinline__ void write_qx_block(const QxView& q, int64_t b, int lane, float v) {
+    const float one[1] = {v};
+    write_qx_block_n<1>(q, b, lane, one);
 }
 
 }  // namespace mvllm::cuda
