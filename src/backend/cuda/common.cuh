@@ -74,11 +74,11 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
     return warp_max(v);
 }
 
-// Threads per row of the RMSNorm kernels (one CTA per row): a decode step normalises a few rows,
-// so the row's loads and block reductions must spread over many warps to stay short.
-constexpr int kRmsThreads = 1024;
+// Threads per CTA of the RMSNorm kernels (ops.cu; MVLLM_RMS_THREADS=128|256|512|1024 for A/B
+// measurements). Both kernels take the same count: it fixes the reduction order below.
+int rms_threads();
 
-// 1 / rms of row x[base .. base + width) plus eps, every thread of the CTA (kRmsThreads) gets it.
+// 1 / rms of row x[base .. base + width) plus eps, every thread of the CTA gets it.
 // The one reduction order of every RMSNorm kernel: the plain and the QX-writing one must agree
 // bit for bit (batch invariance: which one runs depends on the row count).
 template <typename XT>

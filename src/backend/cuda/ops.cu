@@ -40,7 +40,7 @@ __global__ void embed_float_kernel(const void* table, DType table_type, const in
     store_any(out, out_type, row * width + i, load_any(table, table_type, ids[row] * width + i));
 }
 
-// Reads: x row, weight. Writes: out row. One CTA (kRmsThreads) per row.
+// Reads: x row, weight. Writes: out row. One CTA (rms_threads()) per row.
 template <typename XT, typename OT>
 __global__ void rms_norm_kernel(const XT* x, const void* weight, DType weight_type, float eps, OT* out,
                                 int64_t width) {
@@ -265,14 +265,22 @@ void rms_norm_dispatch_out(const TensorView& x, const TensorView& weight, float 
     const dim3 grid(static_cast<unsigned>(x.ne[1]));
     const XT* xp = static_cast<const XT*>(x.data);
     switch (out.type) {
-        case DType::F32: launch_pdl(rms_norm_kernel<XT, float>, grid, kRmsThreads, 0, stream, xp, weight.data, weight.type, eps, static_cast<float*>(out.data), x.ne[0]); break;
-        case DType::F16: launch_pdl(rms_norm_kernel<XT, __half>, grid, kRmsThreads, 0, stream, xp, weight.data, weight.type, eps, static_cast<__half*>(out.data), x.ne[0]); break;
-        case DType::BF16: launch_pdl(rms_norm_kernel<XT, __nv_bfloat16>, grid, kRmsThreads, 0, stream, xp, weight.data, weight.type, eps, static_cast<__nv_bfloat16*>(out.data), x.ne[0]); break;
+        case DType::F32: launch_pdl(rms_norm_kernel<XT, float>, grid, rms_threads(), 0, stream, xp, weight.data, weight.type, eps, static_cast<float*>(out.data), x.ne[0]); break;
+        case DType::F16: launch_pdl(rms_norm_kernel<XT, __half>, grid, rms_threads(), 0, stream, xp, weight.data, weight.type, eps, static_cast<__half*>(out.data), x.ne[0]); break;
+        case DType::BF16: launch_pdl(rms_norm_kernel<XT, __nv_bfloat16>, grid, rms_threads(), 0, stream, xp, weight.data, weight.type, eps, static_cast<__nv_bfloat16*>(out.data), x.ne[0]); break;
         default: MVLLM_CHECK(false) << "rms_norm output " << type_name(out.type);
     }
 }
 
 }  // namespace
+
+int rms_threads() {
+    static const int threads = [] {
+        const int v = env_int("MVLLM_RMS_THREADS", 1024);
+        return v == 128 || v == 256 || v == 512 ? v : 1024;
+    }();
+    return threads;
+}
 
 void launch_embed(const TensorView& table, const int32_t* ids, const TensorView& out, cudaStream_t stream) {
     const int64_t width = table.ne[0];

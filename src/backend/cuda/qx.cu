@@ -20,7 +20,7 @@ __global__ void quantize_qx_kernel(const void* x, DType x_type, QxView q, int64_
 }
 
 // Reads: x row blockIdx.x, weight. Writes: xn row (as rms_norm_kernel) and its QX blocks. A row
-// takes gridDim.y CTAs (kRmsThreads each): every one computes the row's scale exactly as
+// takes gridDim.y CTAs (rms_threads() each): every one computes the row's scale exactly as
 // rms_norm_kernel does (the same bits), then quantises its share of the 32-value blocks, so a
 // decode step's few rows spread over several SMs instead of one warp walking several blocks.
 template <typename XT>
@@ -76,13 +76,14 @@ void launch_rms_norm_qx(const TensorView& x, const TensorView& weight, float eps
     MVLLM_CHECK(x.ne[0] == qx.n_in && x.ne[1] == qx.n_rows && qx.n_in % 32 == 0 && xn.ne[0] == x.ne[0])
         << "rms_norm_qx shape";
     if (x.ne[1] == 0) return;
-    // A few rows (decode) take one CTA per 32 blocks each, up to about one CTA per SM in all.
+    // A few rows (decode) take one CTA per rms_threads() / 32 blocks each, up to about one CTA per
+    // SM in all.
     const int64_t n_blocks = x.ne[0] / 32, rows = x.ne[1];
-    const int64_t per_row = rows < 128 ? std::min(ceil_div(n_blocks, kRmsThreads / 32), ceil_div(128, rows)) : 1;
+    const int64_t per_row = rows < 128 ? std::min<int64_t>(ceil_div(n_blocks, rms_threads() / 32), ceil_div(128, rows)) : 1;
     const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(per_row));
     switch (x.type) {
-        case DType::F32: launch_pdl(rms_norm_qx_kernel<float>, grid, kRmsThreads, 0, stream, static_cast<const float*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
-        case DType::F16: launch_pdl(rms_norm_qx_kernel<__half>, grid, kRmsThreads, 0, stream, static_cast<const __half*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
+        case DType::F32: launch_pdl(rms_norm_qx_kernel<float>, grid, rms_threads(), 0, stream, static_cast<const float*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
+        case DType::F16: launch_pdl(rms_norm_qx_kernel<__half>, grid, rms_threads(), 0, stream, static_cast<const __half*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
         default: MVLLM_CHECK(false) << "rms_norm_qx input " << type_name(x.type);
     }
     MVLLM_CUDA_LAUNCH_CHECK();
