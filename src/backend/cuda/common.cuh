@@ -83,10 +83,20 @@ int rms_threads();
 // bit for bit (batch invariance: which one runs depends on the row count).
 template <typename XT>
 __device__ __forceinline__ float rms_scale(const XT* x, int64_t base, int64_t width, float eps, float* scratch) {
+    // Four loads in flight per thread, then summed in index order: a plain loop waited one L2 round
+    // trip per value (7B: 3,584 values over 1,024 threads, 2.45 us per norm in the decode step).
+    // Out-of-row values count as 0, which leaves the sum's bits unchanged.
+    constexpr int kAhead = 4;
     float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-        const float v = load_f(x, base + i);
-        sum += v * v;
+    for (int64_t i0 = threadIdx.x; i0 < width; i0 += kAhead * static_cast<int64_t>(blockDim.x)) {
+        float v[kAhead];
+#pragma unroll
+        for (int k = 0; k < kAhead; ++k) {
+            const int64_t i = i0 + k * static_cast<int64_t>(blockDim.x);
+            v[k] = i < width ? load_f(x, base + i) : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kAhead; ++k) sum += v[k] * v[k];
     }
     sum = block_sum(sum, scratch);
     return rsqrtf(sum / static_cast<float>(width) + eps);
