@@ -633,6 +633,37 @@ TEST(CudaOps, RowOpsMatchCpu) {
     }
 }
 
+// Vocabulary-sized rows span many of the argmax kernel's chunks, the last one partly filled: the
+// first index of the maximum wins across chunks (a tie), an all-negative row, the maximum in the
+// last partial chunk or at index 0.
+TEST(CudaOps, ArgmaxOfVocabularyRowsTakesTheFirstMaximum) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda();
+    ASSERT_TRUE(be);
+    for (const int64_t width : {int64_t{4097}, int64_t{151936}, int64_t{152064}}) {
+        const int64_t n_rows = 5;
+        std::vector<float> x = random_floats(width * n_rows, 31);
+        float* r1 = x.data() + width;  // a tie across chunks: the earlier index wins
+        r1[5 * 1024 + 3] = 7.5f;
+        r1[width - 2] = 7.5f;
+        float* r2 = x.data() + 2 * width;  // all negative, the maximum in the last partial chunk
+        for (int64_t i = 0; i < width; ++i) r2[i] = -std::fabs(r2[i]) - 1.0f;
+        r2[width - 1] = -0.5f;
+        float* r3 = x.data() + 3 * width;  // the maximum at index 0, a tie at the very end
+        r3[0] = 9.0f;
+        r3[width - 1] = 9.0f;
+        TensorView t = begin_with_input(*be, x, width, n_rows);
+        std::vector<int32_t> got(n_rows);
+        std::vector<float> lp(n_rows);
+        be->argmax_rows(t, got.data(), lp.data());
+        for (int64_t r = 0; r < n_rows; ++r)
+            EXPECT_EQ(got[r], argmax(x.data() + r * width, width)) << "width " << width << " row " << r;
+        EXPECT_EQ(got[1], 5 * 1024 + 3) << "width " << width;
+        EXPECT_EQ(got[2], width - 1) << "width " << width;
+        EXPECT_EQ(got[3], 0) << "width " << width;
+    }
+}
+
 // A step may hold more rows than a grid's y dimension (65535): the row-wise kernels put the row in
 // x (B4(a) at 256 x 512 prompt tokens in one step failed to launch before).
 TEST(CudaOps, RowWiseKernelsTakeMoreThan65535Rows) {
