@@ -635,7 +635,7 @@ TEST(CudaOps, RowOpsMatchCpu) {
 
 // Vocabulary-sized rows span many of the argmax kernel's chunks, the last one partly filled: the
 // first index of the maximum wins across chunks (a tie), an all-negative row, the maximum in the
-// last partial chunk or at index 0.
+// last partial chunk or at index 0; and the chosen token's log-probability over the whole row.
 TEST(CudaOps, ArgmaxOfVocabularyRowsTakesTheFirstMaximum) {
     MVLLM_REQUIRE_GPU();
     auto be = make_cuda();
@@ -656,8 +656,13 @@ TEST(CudaOps, ArgmaxOfVocabularyRowsTakesTheFirstMaximum) {
         std::vector<int32_t> got(n_rows);
         std::vector<float> lp(n_rows);
         be->argmax_rows(t, got.data(), lp.data());
-        for (int64_t r = 0; r < n_rows; ++r)
-            EXPECT_EQ(got[r], argmax(x.data() + r * width, width)) << "width " << width << " row " << r;
+        for (int64_t r = 0; r < n_rows; ++r) {
+            const float* row = x.data() + r * width;
+            EXPECT_EQ(got[r], argmax(row, width)) << "width " << width << " row " << r;
+            double sum = 0;  // the chosen token's log-softmax in double
+            for (int64_t i = 0; i < width; ++i) sum += std::exp(double(row[i]) - row[got[r]]);
+            EXPECT_NEAR(lp[r], -std::log(sum), 1e-5 * std::max(1.0, std::log(sum))) << "logprob row " << r;
+        }
         EXPECT_EQ(got[1], 5 * 1024 + 3) << "width " << width;
         EXPECT_EQ(got[2], width - 1) << "width " << width;
         EXPECT_EQ(got[3], 0) << "width " << width;
