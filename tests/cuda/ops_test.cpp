@@ -643,8 +643,9 @@ TEST(CudaOps, ArgmaxOfVocabularyRowsTakesTheFirstMaximum) {
     for (const int64_t width : {int64_t{4097}, int64_t{151936}, int64_t{152064}}) {
         const int64_t n_rows = 5;
         std::vector<float> x = random_floats(width * n_rows, 31);
-        float* r1 = x.data() + width;  // a tie across chunks: the earlier index wins
-        r1[5 * 1024 + 3] = 7.5f;
+        const int64_t tie = width / 3;  // row 1: a tie (across chunks at the vocabulary widths), the earlier wins
+        float* r1 = x.data() + width;
+        r1[tie] = 7.5f;
         r1[width - 2] = 7.5f;
         float* r2 = x.data() + 2 * width;  // all negative, the maximum in the last partial chunk
         for (int64_t i = 0; i < width; ++i) r2[i] = -std::fabs(r2[i]) - 1.0f;
@@ -663,7 +664,7 @@ TEST(CudaOps, ArgmaxOfVocabularyRowsTakesTheFirstMaximum) {
             for (int64_t i = 0; i < width; ++i) sum += std::exp(double(row[i]) - row[got[r]]);
             EXPECT_NEAR(lp[r], -std::log(sum), 1e-5 * std::max(1.0, std::log(sum))) << "logprob row " << r;
         }
-        EXPECT_EQ(got[1], 5 * 1024 + 3) << "width " << width;
+        EXPECT_EQ(got[1], tie) << "width " << width;
         EXPECT_EQ(got[2], width - 1) << "width " << width;
         EXPECT_EQ(got[3], 0) << "width " << width;
     }
