@@ -297,7 +297,7 @@ void rms_norm_dispatch_out(const TensorView& x, const TensorView& weight, float 
 
 }  // namespace
 
-// 256: with four loads in flight per thread (rms_scale), 1,024 threads no longer pay; smaller CTAs
+// 256: with the row's loads in flight together (rms_scale), 1,024 threads no longer pay; smaller CTAs
 // find room on SMs still running the previous GEMV's CTAs. Batch-1 decode on the H200 (bench/NOTES.md,
 // twenty-first session, one call): 7B 546.9 / 548.1 tok/s against 541.8 / 541.0 with 1,024,
 // 0.5B 1,852.9 / 1,852.7 against 1,741.7 / 1,769.5.
