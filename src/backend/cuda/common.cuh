@@ -136,8 +136,9 @@ __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefe
 bool pdl_enabled();
 // Which kernels load data no kernel writes before pdl_wait (MVLLM_EARLY_LOADS, default 3, for A/B
 // measurements): bit 1, the decode attention copies its first K/V tiles into shared memory (else
-// it prefetches them to L2); bit 2, the GEMV loads its first weights into registers (else after).
-constexpr int kEarlyAttention = 1, kEarlyGemv = 2;
+// it prefetches them to L2); bit 2, the GEMV loads its first weights into registers (else after);
+// bit 4, an accumulating GEMV loads the value it adds to right after the wait (else in its epilogue).
+constexpr int kEarlyAttention = 1, kEarlyGemv = 2, kEarlyResidual = 4;
 int early_loads();
 
 // MVLLM_CUDA_CARVEOUT=p (0-100; for A/B measurements): every kernel launched through launch_pdl

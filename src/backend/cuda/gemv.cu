@@ -16,6 +16,9 @@ namespace mvllm::cuda {
 namespace {
 
 constexpr int kGemvWarps = 4;  // warps per CTA; each warp owns R output rows
+// GemvQxArgs::early bits: the first weights load before the PDL wait; the accumulate target loads
+// right after it.
+constexpr int kEarlyWeightsFlag = 1, kEarlyResidualFlag = 2;
 
 // Rows per warp: enough independent 16-byte loads in flight per lane without spilling.
 template <DType T, int NT, bool kPair>
@@ -118,7 +121,7 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
         }
     };
     if constexpr (kFirst > 0) {
-        if (!early) pdl_wait();  // MVLLM_EARLY_LOADS without bit 2, for A/B measurements
+        if (!(early & kEarlyWeightsFlag)) pdl_wait();  // MVLLM_EARLY_LOADS without bit 2, for A/B
         I first[kFirst][NS][R];
 #pragma unroll
         for (int u = 0; u < kFirst; ++u)
@@ -136,6 +139,15 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                 for (int r = 0; r < R; ++r) I::prefetch(s ? w2 : w, rows[r], it0);
         rotation();
         pdl_wait();
+    }
+    // Accumulate: the writer lane's current out value (the residual) loads now, beside the first
+    // activation loads, instead of after the dot products (one dependent round trip less at the
+    // end). Every earlier kernel has finished at the wait, so the value is final.
+    static_assert(R * NT <= 32, "one writer lane per (row, token)");
+    [[maybe_unused]] float resid = 0.0f;
+    if (!kPair && !kRope && accumulate && (early & kEarlyResidualFlag) && part == 0 && lane < R * NT) {
+        const int r = lane / NT, t = lane % NT;
+        if (row0 + r < n_out && t < n_tokens) resid = static_cast<const float*>(out)[t * n_out + row0 + r];
     }
 #pragma unroll kUnroll
     for (int64_t it = it0 + kFirst * stride; it < n_items; it += stride) {
@@ -201,7 +213,8 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                     } else {
                         float* dst = static_cast<float*>(out) + t * n_out + o;
                         if (bias) v += bias[o];
-                        *dst = accumulate ? *dst + v : v;
+                        if (accumulate) v = (early & kEarlyResidualFlag ? resid : *dst) + v;
+                        *dst = v;
                     }
                 }
             }
@@ -217,7 +230,7 @@ struct GemvQxArgs {
     void* out;
     DType out_type;
     int64_t n_out;
-    int n_tokens, accumulate, ks, early;
+    int n_tokens, accumulate, ks, early;  // early: kEarly*Flag bits
     QkvRopeOut rope;  // kRope: where the fused QKV rows go
 };
 template <DType T, int NT, bool kPair, bool kRope = false>
@@ -385,7 +398,9 @@ void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, 
     const QuantMatrix m = quant_matrix<T>(w.data, w.ne[0], w.ne[1]);
     const QuantMatrix m2 = w2 ? quant_matrix<T>(w2->data, w2->ne[0], w2->ne[1]) : m;
     GemvQxArgs args{m, m2, x, bias, out, out_type, n_out, static_cast<int>(x.n_rows), accumulate, ks,
-                    early_loads() & kEarlyGemv ? 1 : 0, {}};
+                    (early_loads() & kEarlyGemv ? kEarlyWeightsFlag : 0) |
+                        (early_loads() & kEarlyResidual ? kEarlyResidualFlag : 0),
+                    {}};
     if (rope) args.rope = *rope;
     if constexpr (T == DType::Q4_0 && NT == 1)
         launch_pdl(gemv_q4_0_b1_kernel<kPair, kRope>, grid, kGemvWarps * 32, 0, stream, args);

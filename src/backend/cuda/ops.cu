@@ -470,7 +470,7 @@ void launch_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const Te
 }
 
 int early_loads() {
-    static const int mask = env_int("MVLLM_EARLY_LOADS", 3);
+    static const int mask = env_int("MVLLM_EARLY_LOADS", 7);
     return mask;
 }
 
