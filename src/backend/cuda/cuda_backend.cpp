@@ -115,13 +115,15 @@ const cuda::QxView* CudaBackend::Impl::qx_for(const TensorView& w, const TensorV
     if (!cuda::gemv_uses_qx(w.type) ||
         cuda::choose_matmul_path(w.type, n_rows, options.batch_invariant) != cuda::MatmulPath::Gemv || n_rows == 0)
         return nullptr;
-    if (qx_source == x.data && qx_cached.n_in == n_in && qx_cached.n_rows == n_rows) {
-        *storage = qx_cached;
+    if (qx_source == x.data && qx_n_in == n_in && qx_rows == n_rows) {
+        *storage = cuda::qx_view(matmul_scratch.qx, n_in, n_rows);
         return storage;
     }
     *storage = cuda::ensure_qx(matmul_scratch, n_in, n_rows);
     cuda::launch_quantize_qx(x, *storage, stream);
-    left_qx(x.data, *storage);
+    qx_source = x.data;
+    qx_n_in = n_in;
+    qx_rows = n_rows;
     return storage;
 }
 
@@ -156,8 +158,6 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     if (!cuda::env_on("MVLLM_CUDA_F16_WEIGHTS")) impl->options.f16_weight_copies = false;
     if (const int v = cuda::env_int("MVLLM_QKV_ROPE", -1); v == 0 || v == 1)
         impl->options.qkv_rope_epilogue = v ? CudaBackendOptions::QkvRopeEpilogue::On : CudaBackendOptions::QkvRopeEpilogue::Off;
-    if (const int v = cuda::env_int("MVLLM_SWIGLU_QX", -1); v == 0 || v == 1)
-        impl->options.swiglu_qx = v ? CudaBackendOptions::Fusion::On : CudaBackendOptions::Fusion::Off;
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
     cudaDeviceProp prop{};
     MVLLM_CUDA_OK(cudaGetDeviceProperties(&prop, options.device));
@@ -338,7 +338,9 @@ void CudaBackend::rms_norm(const TensorView& x, const TensorView& weight, float 
         (x.type == DType::F32 || x.type == DType::F16)) {
         const cuda::QxView qx = cuda::ensure_qx(im.matmul_scratch, width, n_rows);
         cuda::launch_rms_norm_qx(x, weight, eps, out, qx, im.stream);
-        im.left_qx(out.data, qx);
+        im.qx_source = out.data;
+        im.qx_n_in = width;
+        im.qx_rows = n_rows;
         return;
     }
     cuda::launch_rms_norm(x, weight, eps, out, im.stream);
@@ -370,18 +372,7 @@ void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up
     const bool stackable = same && w_gate.ne[1] % 4 == 0;  // the SwiGLU kernel's 16-byte loads
     if (const cuda::QxView* qx = same ? im.qx_for(w_gate, x, &storage) : nullptr) {
         im.wrote(out);
-        // One row: the GEMV may also write the QX of out for the down projection (no quantisation
-        // kernel between them), into the second QX buffer (it reads the first).
-        using Mode = CudaBackendOptions::Fusion;
-        const Mode mode = im.options.swiglu_qx;
-        const cuda::SwigluQxPlan plan = cuda::swiglu_qx_plan(w_gate, x.ne[1], im.options.batch_invariant, im.n_sms);
-        if (plan.ctas > 0 && (mode == Mode::On || (mode == Mode::Auto && plan.one_wave))) {
-            const cuda::QxView q = cuda::ensure_qx_out(im.matmul_scratch, out.ne[0], out.ne[1]);
-            cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream, im.options.batch_invariant, &q);
-            im.left_qx(out.data, q);
-        } else {
-            cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream, im.options.batch_invariant);
-        }
+        cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream, im.options.batch_invariant);
         return;
     }
     // Larger batches on quantised weights: gate and up as one product (the quantised tile GEMM
@@ -487,8 +478,11 @@ void CudaBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, 
     if (want_qx) qx = cuda::ensure_qx(im.matmul_scratch, width, n_rows);
     if (cuda::launch_attention(variant, im.batch, im.seq_ctx_offset, im.total_context, device_layer(cache, layer), q,
                                out, n_heads, scale, im.attention_scratch, im.n_sms, im.stream,
-                               im.options.batch_invariant, want_qx ? &qx : nullptr))
-        im.left_qx(out.data, qx);
+                               im.options.batch_invariant, want_qx ? &qx : nullptr)) {
+        im.qx_source = out.data;
+        im.qx_n_in = width;
+        im.qx_rows = n_rows;
+    }
 }
 
 void CudaBackend::silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out) {

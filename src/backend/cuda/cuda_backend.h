@@ -36,12 +36,6 @@ struct CudaBackendOptions {
     // MVLLM_QKV_ROPE=1 forces it on, =0 off.
     enum class QkvRopeEpilogue { Auto, On, Off };
     QkvRopeEpilogue qkv_rope_epilogue = QkvRopeEpilogue::Auto;
-    // The one-row SwiGLU GEMV also writes the QX of its output (clusters of 4 CTAs, gemv.cuh), so
-    // no quantisation kernel runs before the down projection. Auto: where its CTAs are resident
-    // in one wave (the cluster barriers would otherwise delay every wave). MVLLM_SWIGLU_QX=1
-    // forces it on (where it applies), =0 off.
-    enum class Fusion { Auto, On, Off };
-    Fusion swiglu_qx = Fusion::Auto;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).

@@ -29,8 +29,8 @@ std::string cuda_memory_report();
 
 // What recorded kernels point at besides weights and the cache (scratch buffers grow by
 // reallocation): the arena generation and the scratch pointers.
-using StepResources = std::tuple<uint64_t, const void*, const void*, const void*, const void*, const void*, const void*,
-                                 const void*, const void*>;
+using StepResources =
+    std::tuple<uint64_t, const void*, const void*, const void*, const void*, const void*, const void*, const void*>;
 
 // A recorded decode step: its graph and the fixed device buffer its kernels read the step's
 // inputs from.
@@ -112,13 +112,9 @@ struct CudaBackend::Impl {
     cuda::MatmulScratch matmul_scratch;
     std::unique_ptr<cuda::GemmTuner> gemm_tuner;  // matmul_scratch.tuner
     cuda::AttentionScratch attention_scratch;
-    // The activation whose QX (gemv.cuh) qx_cached holds (in matmul_scratch.qx or .qx_out), or nullptr.
+    // The activation whose QX (gemv.cuh) matmul_scratch.qx holds, or nullptr.
     const void* qx_source = nullptr;
-    cuda::QxView qx_cached;
-    void left_qx(const void* source, const cuda::QxView& qx) {
-        qx_source = source;
-        qx_cached = qx;
-    }
+    int64_t qx_n_in = 0, qx_rows = 0;
 
     // Recorded decode steps.
     bool graphs_enabled = true;
@@ -161,7 +157,7 @@ struct CudaBackend::Impl {
     const cuda::QxView* qx_for(const TensorView& w, const TensorView& x, cuda::QxView* storage);
     StepResources resources() const {
         return {arena_generation, attention_scratch.partial, attention_scratch.counters, matmul_scratch.qx,
-                matmul_scratch.qx_out, matmul_scratch.input, matmul_scratch.weight, matmul_scratch.partial, inv_freq};
+                matmul_scratch.input, matmul_scratch.weight, matmul_scratch.partial, inv_freq};
     }
 };
 

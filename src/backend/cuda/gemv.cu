@@ -4,8 +4,6 @@
 #include <atomic>
 #include <cstdlib>
 
-#include <cooperative_groups.h>
-
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/env.h"
@@ -72,15 +70,10 @@ __device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxVi
 // 32 (k + ks) + l, ...; each weight byte is loaded once and dotted with every column. The parts
 // are summed in a fixed order (warp sums, then part 0 + 1 + ...), so a column's result depends
 // neither on the other columns nor on which CTA ran it.
-//
-// kQxOut (the SwiGLU pair, one token, ks == 1, n_out a multiple of 32, clusters of 4 CTAs): the
-// CTAs of a cluster hold 32 consecutive rows, one QX block of out; after a cluster barrier, warp 0
-// of rank 0 quantises it from the four CTAs' shared memory into qx_out, as quantize_qx would
-// from the stored out (the same bits), so the down GEMV needs no quantisation kernel.
-template <DType T, int NT, bool kPair, bool kRope = false, bool kQxOut = false>
+template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix& w2, const QxView& x, const float* bias,
                                         void* out, DType out_type, int64_t n_out, int n_tokens, int accumulate, int ks,
-                                        int early, const QkvRopeOut& rope, const QxView& qx_out) {
+                                        int early, const QkvRopeOut& rope) {
     using I = Item<T>;
     constexpr int R = rows_per_warp<T, NT, kPair>();
     constexpr int NS = kPair ? 2 : 1;
@@ -206,8 +199,6 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
             }
         }
     } else {
-        static_assert(!kQxOut || (kPair && NT == 1 && kGemvWarps * R == 8), "a cluster of 4 CTAs holds one QX block");
-        [[maybe_unused]] __shared__ float qx_rows[kQxOut ? kGemvWarps * R : 1];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -219,7 +210,6 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                 if (lane == ((r * NT + t) & 31) && o < n_out && t < n_tokens) {
                     if (kPair) {
                         store_any(out, out_type, t * n_out + o, v);
-                        if constexpr (kQxOut) qx_rows[warp * R + r] = round_to(out_type, v);
                     } else {
                         float* dst = static_cast<float*>(out) + t * n_out + o;
                         if (bias) v += bias[o];
@@ -228,17 +218,6 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                     }
                 }
             }
-        }
-        if constexpr (kQxOut) {
-            namespace cg = cooperative_groups;
-            cg::cluster_group cluster = cg::this_cluster();
-            cluster.sync();  // the cluster's 32 values are in its CTAs' shared memory
-            if (cluster.block_rank() == 0 && warp == 0) {
-                constexpr int kPerCta = kGemvWarps * R;
-                const float v = *cluster.map_shared_rank(qx_rows + lane % kPerCta, lane / kPerCta);
-                write_qx_block(qx_out, static_cast<int64_t>(blockIdx.x) / 4, lane, v);
-            }
-            cluster.sync();  // rank 0 has read them: the other CTAs may leave
         }
     }
 }
@@ -253,25 +232,22 @@ struct GemvQxArgs {
     int64_t n_out;
     int n_tokens, accumulate, ks, early;  // early: kEarly*Flag bits
     QkvRopeOut rope;  // kRope: where the fused QKV rows go
-    QxView qx_out;    // kQxOut: the QX of out
 };
-template <DType T, int NT, bool kPair, bool kRope = false, bool kQxOut = false>
+template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const GemvQxArgs& a) {
-    gemv_qx<T, NT, kPair, kRope, kQxOut>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate,
-                                         a.ks, a.early, a.rope, a.qx_out);
+    gemv_qx<T, NT, kPair, kRope>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate, a.ks,
+                                 a.early, a.rope);
 }
-template <DType T, int NT, bool kPair, bool kRope = false, bool kQxOut = false>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) {
-    gemv_qx<T, NT, kPair, kRope, kQxOut>(a);
-}
+template <DType T, int NT, bool kPair, bool kRope = false>
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) { gemv_qx<T, NT, kPair, kRope>(a); }
 // Batch-1 Q4_0 (every matmul of a decode step but the LM head): 7 CTAs per SM (72 registers),
 // which its first items loaded before the wait would otherwise push to 6. (A minimum CTA count
 // on every instantiation makes ptxas spend far more registers on the others.) The QKV + RoPE form
 // takes 6 (80 registers): its double-precision sincos runs while the first items are held, and its
 // launches (7B: 576 CTAs, 0.5B: 72) are one wave at 6 CTAs per SM anyway.
-template <bool kPair, bool kRope = false, bool kQxOut = false>
+template <bool kPair, bool kRope = false>
 __global__ void __launch_bounds__(kGemvWarps * 32, kRope ? 6 : 7) gemv_q4_0_b1_kernel(GemvQxArgs a) {
-    gemv_qx<DType::Q4_0, 1, kPair, kRope, kQxOut>(a);
+    gemv_qx<DType::Q4_0, 1, kPair, kRope>(a);
 }
 
 // 16 bytes of a float weight row as f32 values (4 for F32, 8 for F16 / BF16).
@@ -415,31 +391,17 @@ GemvGrid gemv_qx_grid(int64_t n_in, int64_t n_out) {
 }
 
 // With `rope` (kRope): the fused QKV rows, RoPE'd and stored by the epilogue (no `out`).
-// With `qx_out` (the SwiGLU pair, one column; swiglu_qx_plan): clusters of 4 CTAs that also write
-// the QX of out.
 template <DType T, int NT, bool kPair, bool kRope = false>
 void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
-                    DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, const QkvRopeOut* rope = nullptr,
-                    const QxView* qx_out = nullptr) {
+                    DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, const QkvRopeOut* rope = nullptr) {
     const auto [ks, grid] = gemv_qx_grid<T, NT, kPair>(x.n_in, n_out);
     const QuantMatrix m = quant_matrix<T>(w.data, w.ne[0], w.ne[1]);
     const QuantMatrix m2 = w2 ? quant_matrix<T>(w2->data, w2->ne[0], w2->ne[1]) : m;
     GemvQxArgs args{m, m2, x, bias, out, out_type, n_out, static_cast<int>(x.n_rows), accumulate, ks,
                     (early_loads() & kEarlyGemv ? kEarlyWeightsFlag : 0) |
                         (early_loads() & kEarlyResidual ? kEarlyResidualFlag : 0),
-                    {}, {}};
+                    {}};
     if (rope) args.rope = *rope;
-    if constexpr (kPair && NT == 1 && !kRope) {
-        if (qx_out) {
-            MVLLM_CHECK(ks == 1 && n_out % 32 == 0 && grid % 4 == 0) << "SwiGLU GEMV with QX out: " << n_out << " rows";
-            args.qx_out = *qx_out;
-            if constexpr (T == DType::Q4_0)
-                launch_pdl_clustered(gemv_q4_0_b1_kernel<true, false, true>, grid, kGemvWarps * 32, 0, stream, dim3(4, 1, 1), args);
-            else
-                launch_pdl_clustered(gemv_qx_kernel<T, 1, true, false, true>, grid, kGemvWarps * 32, 0, stream, dim3(4, 1, 1), args);
-            return;
-        }
-    }
     if constexpr (T == DType::Q4_0 && NT == 1)
         launch_pdl(gemv_q4_0_b1_kernel<kPair, kRope>, grid, kGemvWarps * 32, 0, stream, args);
     else
@@ -464,13 +426,12 @@ void qkv_rope_dispatch_type(const TensorView& w, const QxView& x, const float* b
 
 template <int NT, bool kPair>
 void gemv_qx_dispatch_type(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
-                           DType out_type, int64_t n_out, int accumulate, cudaStream_t stream,
-                           const QxView* qx_out = nullptr) {
+                           DType out_type, int64_t n_out, int accumulate, cudaStream_t stream) {
     switch (w.type) {
-        case DType::Q4_0: gemv_qx_launch<DType::Q4_0, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream, nullptr, qx_out); break;
-        case DType::Q8_0: gemv_qx_launch<DType::Q8_0, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream, nullptr, qx_out); break;
-        case DType::Q4_K: gemv_qx_launch<DType::Q4_K, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream, nullptr, qx_out); break;
-        case DType::Q6_K: gemv_qx_launch<DType::Q6_K, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream, nullptr, qx_out); break;
+        case DType::Q4_0: gemv_qx_launch<DType::Q4_0, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
+        case DType::Q8_0: gemv_qx_launch<DType::Q8_0, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
+        case DType::Q4_K: gemv_qx_launch<DType::Q4_K, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
+        case DType::Q6_K: gemv_qx_launch<DType::Q6_K, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
         default: MVLLM_CHECK(false) << "integer GEMV: weight type " << type_name(w.type);
     }
 }
@@ -550,38 +511,11 @@ void launch_gemv_qx(const TensorView& w, const QxView& qx, const TensorView& bia
 }
 
 void launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,
-                           const TensorView& out, cudaStream_t stream, bool batch_invariant, const QxView* qx_out) {
+                           const TensorView& out, cudaStream_t stream, bool batch_invariant) {
     MVLLM_CHECK(w_gate.type == w_up.type && w_gate.ne == w_up.ne && w_gate.ne[0] == qx.n_in &&
                 out.ne[0] == w_gate.ne[1] && out.ne[1] == qx.n_rows)
         << "gemv_qx_swiglu shapes";
-    if (qx_out) {
-        MVLLM_CHECK(swiglu_qx_plan(w_gate, qx.n_rows, batch_invariant, 1).ctas > 0 && qx_out->n_in == out.ne[0] &&
-                    qx_out->n_rows == 1)
-            << "gemv_qx_swiglu with QX out: " << type_name(w_gate.type) << " " << out.ne[0] << " x " << qx.n_rows;
-        gemv_qx_dispatch_type<1, true>(w_gate, &w_up, qx, nullptr, out.data, out.type, w_gate.ne[1], 0, stream, qx_out);
-        MVLLM_CUDA_LAUNCH_CHECK();
-        return;
-    }
     gemv_qx_dispatch<true>(w_gate, &w_up, qx, nullptr, out.data, out.type, w_gate.ne[1], 0, stream, batch_invariant);
-}
-
-SwigluQxPlan swiglu_qx_plan(const TensorView& w_gate, int64_t n_rows, bool batch_invariant, int32_t n_sms) {
-    const int64_t n_in = w_gate.ne[0], n_out = w_gate.ne[1];
-    if (!gemv_uses_qx(w_gate.type) || n_rows != 1 || batch_invariant || n_out % 32 != 0 ||
-        gemv_stream_preferred(w_gate.type))
-        return {};
-    GemvGrid g{};
-    const void* kernel = nullptr;
-    switch (w_gate.type) {
-        case DType::Q4_0: g = gemv_qx_grid<DType::Q4_0, 1, true>(n_in, n_out); kernel = reinterpret_cast<const void*>(gemv_q4_0_b1_kernel<true, false, true>); break;
-        case DType::Q8_0: g = gemv_qx_grid<DType::Q8_0, 1, true>(n_in, n_out); kernel = reinterpret_cast<const void*>(gemv_qx_kernel<DType::Q8_0, 1, true, false, true>); break;
-        case DType::Q4_K: g = gemv_qx_grid<DType::Q4_K, 1, true>(n_in, n_out); kernel = reinterpret_cast<const void*>(gemv_qx_kernel<DType::Q4_K, 1, true, false, true>); break;
-        default: g = gemv_qx_grid<DType::Q6_K, 1, true>(n_in, n_out); kernel = reinterpret_cast<const void*>(gemv_qx_kernel<DType::Q6_K, 1, true, false, true>); break;
-    }
-    if (g.ks != 1) return {};
-    int per_sm = 0;
-    MVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvWarps * 32, 0));
-    return {static_cast<int64_t>(g.grid), static_cast<int64_t>(g.grid) <= static_cast<int64_t>(per_sm) * n_sms};
 }
 
 void launch_gemv_float(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,

@@ -69,20 +69,8 @@ void launch_qkv_rope_gemv(const TensorView& wqkv, const QxView& qx, const Tensor
 void launch_gemv_qx(const TensorView& w, const QxView& qx, const TensorView& bias, const TensorView& out,
                     GemvEpilogue epilogue, cudaStream_t stream, bool batch_invariant = false);
 // out = silu(W_gate x) * (W_up x) (out: F32 / F16 / BF16), both weights of one quantised type.
-// With qx_out (one row, where swiglu_qx_plan gives CTAs): the same kernel also writes QX(out) to
-// qx_out (the bits of launch_quantize_qx on out), in clusters of 4 CTAs that each hold 8 rows.
 void launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,
-                           const TensorView& out, cudaStream_t stream, bool batch_invariant = false,
-                           const QxView* qx_out = nullptr);
-// The launch of that QX-writing form: its CTAs (0 where it does not apply: more than one row,
-// batch-invariant mode, a weight type the streaming GEMV takes, rows not a multiple of 32, a K
-// split) and whether they are resident at once on n_sms SMs (one wave: the cluster barriers then
-// cost once, not per wave).
-struct SwigluQxPlan {
-    int64_t ctas = 0;
-    bool one_wave = false;
-};
-SwigluQxPlan swiglu_qx_plan(const TensorView& w_gate, int64_t n_rows, bool batch_invariant, int32_t n_sms);
+                           const TensorView& out, cudaStream_t stream, bool batch_invariant = false);
 // Test hook: the register GEMV's K split (1, 2 or 4; anything else: back to its rule).
 void set_gemv_k_split(int ks);
 // F32 / F16 / BF16 W against x (F32 or F16, n_tokens = x.ne[1], sliced likewise); out F32.
