@@ -325,6 +325,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+    // The writer lane's residual (accumulate) loads now, not after the dot products (gemv_qx).
+    float resid = 0.0f;
+    if (accumulate && lane < R * NT && row0 + lane / NT < n_out && lane % NT < n_tokens)
+        resid = out[(lane % NT) * n_out + row0 + lane / NT];
     const int64_t n_items = n_in / E;
 #pragma unroll 2
     for (int64_t it = lane; it < n_items; it += 32) {
@@ -350,8 +354,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
             const int64_t o = row0 + r;
             if (lane == ((r * NT + t) & 31) && o < n_out && t < n_tokens) {
                 if (bias) v += bias[o];
-                float* dst = out + t * n_out + o;
-                *dst = accumulate ? *dst + v : v;
+                out[t * n_out + o] = accumulate ? resid + v : v;
             }
         }
     }

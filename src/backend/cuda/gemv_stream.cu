@@ -127,7 +127,12 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) gemv_stream_kernel(Strea
     };
     if (threadIdx.x == 0)
         for (int s = 0; s < min(n_st, a.n_stages); ++s) issue(s);
+    // The epilogue's first row per thread: its bias (a weight) before the wait, the value an
+    // accumulating launch adds to right after it, not as dependent loads at the end.
+    const bool first_row = threadIdx.x < n_rows;
+    const float bias0 = !kPair && first_row && a.bias ? a.bias[row_begin + threadIdx.x] : 0.0f;
     pdl_wait();
+    const float resid0 = !kPair && first_row && a.accumulate ? static_cast<const float*>(a.out)[row_begin + threadIdx.x] : 0.0f;
     // A lane's items are the same in every row (part * 32 + lane + k * 32 * wpr, k < KI): their QX
     // values load once, into registers, and stay for the whole matrix.
     const int part = warp % a.wpr;
@@ -221,10 +226,11 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) gemv_stream_kernel(Strea
         if constexpr (kPair) {
             store_any(a.out, a.out_type, o, silu(v[0]) * v[NS - 1]);
         } else {
+            const bool first = i == threadIdx.x;
             float r = v[0];
-            if (a.bias) r += a.bias[o];
+            if (a.bias) r += first ? bias0 : a.bias[o];
             float* dst = static_cast<float*>(a.out) + o;
-            *dst = a.accumulate ? *dst + r : r;
+            *dst = a.accumulate ? (first ? resid0 : *dst) + r : r;
         }
     }
 }
