@@ -413,69 +413,77 @@ TEST(CudaOps, FusedMatmulsMatchReference) {
 
 // The fused QKV projection with RoPE and the K/V store in the GEMV's epilogue (1..4 rows) gives
 // the bits of the two-kernel path (the matmul, then rope_kv_store): q and the cache, for every
-// quantised type, the 0.5B head geometry (14 / 2 heads of 64), with and without bias, positions
-// far into the context (the rotation's angle in double).
+// quantised type, the 0.5B head geometry (14 / 2 heads of 64) and the 7B one (28 / 4 heads of 128,
+// 3,584 inputs: its one-row Q4_0 launch takes the wide CTAs of gemv_qx_launch), with and without
+// bias, positions far into the context (the rotation's angle in double).
 TEST(CudaOps, QkvRopeGemvEqualsMatmulThenRopeKvStore) {
     MVLLM_REQUIRE_GPU();
     auto be = make_cuda(CudaAttentionVariant::Fused, CudaBackendOptions::QkvRopeEpilogue::On);
     ASSERT_TRUE(be);
-    const int32_t n_heads = 14, n_kv = 2, hd = 64, block = 16;
-    const int64_t n_in = 256, q_dim = n_heads * hd, kv_dim = n_kv * hd, n_out = q_dim + 2 * kv_dim;
-    std::vector<float> inv_freq(hd / 2);
-    for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / hd);
-    const RopeParams rope{inv_freq.data(), hd};
-    KvCacheConfig kc;
-    kc.n_layers = 1;
-    kc.n_kv_heads = n_kv;
-    kc.head_dim = hd;
-    kc.block_size = block;
-    kc.n_blocks = 2400;  // positions up to 38K
-    kc.dtype = DType::F16;
-    auto cache = be->create_kv_cache(kc);
-    ASSERT_TRUE(cache.is_ok()) << cache.status().message();
-    const size_t half_bytes = (**cache).layer(0).offset(kc.n_blocks, 0, 0);
-    uint64_t seed = 700;
-    for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
-        std::vector<uint8_t> wb = encode_rows(type, random_floats(n_in * n_out, seed++, 0.5f), n_in);
-        auto w = be->upload_weight(host_view(type, n_in, n_out, wb.data()));
-        std::vector<float> bias_v = random_floats(static_cast<size_t>(n_out), seed++, 0.2f);
-        auto bias = be->upload_weight(host_view(DType::F32, n_out, 1, bias_v.data()));
-        ASSERT_TRUE(w.is_ok() && bias.is_ok());
-        for (int32_t n_rows : {1, 2, 3, 4}) {
-            for (bool with_bias : {false, true}) {
-                // One sequence per row, at scattered positions (the last far into the context).
-                Batch batch;
-                batch.block_size = block;
-                for (int32_t r = 0; r < n_rows; ++r) {
-                    const int32_t pos = r == n_rows - 1 ? 37000 + r : 17 * r + 5;
-                    std::vector<int32_t> table;
-                    for (int32_t b = 0; b * block <= pos; ++b) table.push_back((b * 7 + r * 601) % kc.n_blocks);
-                    batch.add_sequence({0}, pos, table, true);
+    struct Geometry {
+        int32_t n_heads, n_kv, hd;
+        int64_t n_in;
+    };
+    for (const Geometry& geo : {Geometry{14, 2, 64, 256}, Geometry{28, 4, 128, 3584}}) {
+        SCOPED_TRACE("heads " + std::to_string(geo.n_heads) + " / " + std::to_string(geo.n_kv) + " x " + std::to_string(geo.hd));
+        const int32_t n_heads = geo.n_heads, n_kv = geo.n_kv, hd = geo.hd, block = 16;
+        const int64_t n_in = geo.n_in, q_dim = n_heads * hd, kv_dim = n_kv * hd, n_out = q_dim + 2 * kv_dim;
+        std::vector<float> inv_freq(hd / 2);
+        for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / hd);
+        const RopeParams rope{inv_freq.data(), hd};
+        KvCacheConfig kc;
+        kc.n_layers = 1;
+        kc.n_kv_heads = n_kv;
+        kc.head_dim = hd;
+        kc.block_size = block;
+        kc.n_blocks = 2400;  // positions up to 38K
+        kc.dtype = DType::F16;
+        auto cache = be->create_kv_cache(kc);
+        ASSERT_TRUE(cache.is_ok()) << cache.status().message();
+        const size_t half_bytes = (**cache).layer(0).offset(kc.n_blocks, 0, 0);
+        uint64_t seed = 700;
+        for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+            std::vector<uint8_t> wb = encode_rows(type, random_floats(n_in * n_out, seed++, 0.5f), n_in);
+            auto w = be->upload_weight(host_view(type, n_in, n_out, wb.data()));
+            std::vector<float> bias_v = random_floats(static_cast<size_t>(n_out), seed++, 0.2f);
+            auto bias = be->upload_weight(host_view(DType::F32, n_out, 1, bias_v.data()));
+            ASSERT_TRUE(w.is_ok() && bias.is_ok());
+            for (int32_t n_rows : {1, 2, 3, 4}) {
+                for (bool with_bias : {false, true}) {
+                    // One sequence per row, at scattered positions (the last far into the context).
+                    Batch batch;
+                    batch.block_size = block;
+                    for (int32_t r = 0; r < n_rows; ++r) {
+                        const int32_t pos = r == n_rows - 1 ? 37000 + r : 17 * r + 5;
+                        std::vector<int32_t> table;
+                        for (int32_t b = 0; b * block <= pos; ++b) table.push_back((b * 7 + r * 601) % kc.n_blocks);
+                        batch.add_sequence({0}, pos, table, true);
+                    }
+                    const std::vector<float> xv = random_floats(static_cast<size_t>(n_in * n_rows), seed++);
+                    std::vector<float> q_two(static_cast<size_t>(q_dim * n_rows)), q_one(q_two.size());
+                    std::vector<uint8_t> k_two(half_bytes), v_two(half_bytes), k_one(half_bytes), v_one(half_bytes);
+                    for (bool fused : {false, true}) {
+                        be->begin(batch);
+                        TensorView x = be->alloc(DType::F32, n_in, n_rows);
+                        be->upload(xv.data(), x);
+                        TensorView qkv = be->alloc(DType::F32, n_out, n_rows), q = be->alloc(DType::F32, q_dim, n_rows);
+                        // Poison q and the rows' cache slots: each path must write them all itself.
+                        const std::vector<float> poison_q(static_cast<size_t>(q_dim * n_rows), 7.0f);
+                        const std::vector<float> poison_kv(static_cast<size_t>(kv_dim * n_rows), -3.0f);
+                        TensorView pk = be->alloc(DType::F32, kv_dim, n_rows), pv = be->alloc(DType::F32, kv_dim, n_rows);
+                        be->upload(poison_q.data(), q);
+                        be->upload(poison_kv.data(), pk);
+                        be->upload(poison_kv.data(), pv);
+                        be->kv_store(**cache, 0, pk, pv);
+                        const TensorView b = with_bias ? *bias : TensorView{};
+                        if (fused) be->matmul_rope_kv_store(*w, x, b, qkv, n_heads, n_kv, rope, q, **cache, 0);
+                        else be->Backend::matmul_rope_kv_store(*w, x, b, qkv, n_heads, n_kv, rope, q, **cache, 0);
+                        be->to_host(q, fused ? q_one.data() : q_two.data());
+                        be->download_kv_layer(**cache, 0, fused ? k_one.data() : k_two.data(), fused ? v_one.data() : v_two.data());
+                    }
+                    EXPECT_EQ(q_one, q_two) << type_name(type) << " rows " << n_rows << " bias " << with_bias;
+                    EXPECT_TRUE(k_one == k_two && v_one == v_two) << type_name(type) << " rows " << n_rows << " bias " << with_bias;
                 }
-                const std::vector<float> xv = random_floats(static_cast<size_t>(n_in * n_rows), seed++);
-                std::vector<float> q_two(static_cast<size_t>(q_dim * n_rows)), q_one(q_two.size());
-                std::vector<uint8_t> k_two(half_bytes), v_two(half_bytes), k_one(half_bytes), v_one(half_bytes);
-                for (bool fused : {false, true}) {
-                    be->begin(batch);
-                    TensorView x = be->alloc(DType::F32, n_in, n_rows);
-                    be->upload(xv.data(), x);
-                    TensorView qkv = be->alloc(DType::F32, n_out, n_rows), q = be->alloc(DType::F32, q_dim, n_rows);
-                    // Poison q and the rows' cache slots: each path must write them all itself.
-                    const std::vector<float> poison_q(static_cast<size_t>(q_dim * n_rows), 7.0f);
-                    const std::vector<float> poison_kv(static_cast<size_t>(kv_dim * n_rows), -3.0f);
-                    TensorView pk = be->alloc(DType::F32, kv_dim, n_rows), pv = be->alloc(DType::F32, kv_dim, n_rows);
-                    be->upload(poison_q.data(), q);
-                    be->upload(poison_kv.data(), pk);
-                    be->upload(poison_kv.data(), pv);
-                    be->kv_store(**cache, 0, pk, pv);
-                    const TensorView b = with_bias ? *bias : TensorView{};
-                    if (fused) be->matmul_rope_kv_store(*w, x, b, qkv, n_heads, n_kv, rope, q, **cache, 0);
-                    else be->Backend::matmul_rope_kv_store(*w, x, b, qkv, n_heads, n_kv, rope, q, **cache, 0);
-                    be->to_host(q, fused ? q_one.data() : q_two.data());
-                    be->download_kv_layer(**cache, 0, fused ? k_one.data() : k_two.data(), fused ? v_one.data() : v_two.data());
-                }
-                EXPECT_EQ(q_one, q_two) << type_name(type) << " rows " << n_rows << " bias " << with_bias;
-                EXPECT_TRUE(k_one == k_two && v_one == v_two) << type_name(type) << " rows " << n_rows << " bias " << with_bias;
             }
         }
     }
