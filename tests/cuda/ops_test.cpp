@@ -414,8 +414,8 @@ TEST(CudaOps, FusedMatmulsMatchReference) {
 // The fused QKV projection with RoPE and the K/V store in the GEMV's epilogue (1..4 rows) gives
 // the bits of the two-kernel path (the matmul, then rope_kv_store): q and the cache, for every
 // quantised type, the 0.5B head geometry (14 / 2 heads of 64) and the 7B one (28 / 4 heads of 128,
-// 3,584 inputs: its one-row Q4_0 launch takes the wide CTAs of gemv_qx_launch), with and without
-// bias, positions far into the context (the rotation's angle in double).
+// 3,584 inputs, the launch of 576 CTAs the decode step runs), with and without bias, positions far
+// into the context (the rotation's angle in double).
 TEST(CudaOps, QkvRopeGemvEqualsMatmulThenRopeKvStore) {
     MVLLM_REQUIRE_GPU();
     auto be = make_cuda(CudaAttentionVariant::Fused, CudaBackendOptions::QkvRopeEpilogue::On);

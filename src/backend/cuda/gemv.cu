@@ -16,17 +16,6 @@ namespace mvllm::cuda {
 namespace {
 
 constexpr int kGemvWarps = 4;  // warps per CTA; each warp owns R output rows
-constexpr int kWideWarps = 24;  // the wide QKV + RoPE form's warps per CTA (one CTA per SM)
-
-int device_sm_count() {
-    static const int n = [] {
-        int dev = 0, v = 0;
-        MVLLM_CUDA_CHECK(cudaGetDevice(&dev));
-        MVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-        return v;
-    }();
-    return n;
-}
 // GemvQxArgs::early bits: the first weights load before the PDL wait; the accumulate target loads
 // right after it.
 constexpr int kEarlyWeightsFlag = 1, kEarlyResidualFlag = 2;
@@ -74,24 +63,24 @@ __device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxVi
     }
 }
 
-// Reads: R rows of w (and of w2 when kPair) from row (blockIdx.x * (W / ks) + warp / ks) * R,
+// Reads: R rows of w (and of w2 when kPair) from row (blockIdx.x * (kGemvWarps / ks) + warp / ks) * R,
 // the n_tokens <= NT QX rows of x, bias. Writes: out [n_tokens][n_out] (F32; kPair: out_type).
-// Launch: grid ceil(n_out / (W / ks * R)), W * 32 threads, ks in {1, 2, 4}.
+// Launch: grid ceil(n_out / (kGemvWarps / ks * R)), kGemvWarps * 32 threads, ks in {1, 2, 4}.
 // The ks warps of a row group split its items: lane l of K-part k takes items 32 k + l,
 // 32 (k + ks) + l, ...; each weight byte is loaded once and dotted with every column. The parts
 // are summed in a fixed order (warp sums, then part 0 + 1 + ...), so a column's result depends
 // neither on the other columns nor on which CTA ran it.
-template <DType T, int NT, bool kPair, bool kRope = false, int W = kGemvWarps>
+template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix& w2, const QxView& x, const float* bias,
                                         void* out, DType out_type, int64_t n_out, int n_tokens, int accumulate, int ks,
                                         int early, const QkvRopeOut& rope) {
     using I = Item<T>;
     constexpr int R = rows_per_warp<T, NT, kPair>();
     constexpr int NS = kPair ? 2 : 1;
-    __shared__ float partial[W][NS * R * NT];
+    __shared__ float partial[kGemvWarps][NS * R * NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int part = warp % ks;
-    const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (W / ks) + warp / ks) * R;
+    const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kGemvWarps / ks) + warp / ks) * R;
     // No early exit (the parts meet at a barrier): rows past the end repeat the last row, unwritten.
     int64_t rows[R];
 #pragma unroll
@@ -244,10 +233,10 @@ struct GemvQxArgs {
     int n_tokens, accumulate, ks, early;  // early: kEarly*Flag bits
     QkvRopeOut rope;  // kRope: where the fused QKV rows go
 };
-template <DType T, int NT, bool kPair, bool kRope = false, int W = kGemvWarps>
+template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const GemvQxArgs& a) {
-    gemv_qx<T, NT, kPair, kRope, W>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate, a.ks,
-                                    a.early, a.rope);
+    gemv_qx<T, NT, kPair, kRope>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate, a.ks,
+                                 a.early, a.rope);
 }
 template <DType T, int NT, bool kPair, bool kRope = false>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) { gemv_qx<T, NT, kPair, kRope>(a); }
@@ -255,11 +244,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) 
 // which its first items loaded before the wait would otherwise push to 6. (A minimum CTA count
 // on every instantiation makes ptxas spend far more registers on the others.) The QKV + RoPE form
 // takes 6 (80 registers): its double-precision sincos runs while the first items are held, and its
-// launches (7B: 576 CTAs, 0.5B: 72) are one wave at 6 CTAs per SM anyway. W = kWideWarps: the
-// wide QKV + RoPE form (one CTA per SM, gemv_qx_launch).
-template <bool kPair, bool kRope = false, int W = kGemvWarps>
-__global__ void __launch_bounds__(W * 32, W == kGemvWarps ? (kRope ? 6 : 7) : 1) gemv_q4_0_b1_kernel(GemvQxArgs a) {
-    gemv_qx<DType::Q4_0, 1, kPair, kRope, W>(a);
+// launches (7B: 576 CTAs, 0.5B: 72) are one wave at 6 CTAs per SM anyway.
+template <bool kPair, bool kRope = false>
+__global__ void __launch_bounds__(kGemvWarps * 32, kRope ? 6 : 7) gemv_q4_0_b1_kernel(GemvQxArgs a) {
+    gemv_qx<DType::Q4_0, 1, kPair, kRope>(a);
 }
 
 // 16 bytes of a float weight row as f32 values (4 for F32, 8 for F16 / BF16).
@@ -417,18 +405,6 @@ void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, 
                         (early_loads() & kEarlyResidual ? kEarlyResidualFlag : 0),
                     {}};
     if (rope) args.rope = *rope;
-    if constexpr (T == DType::Q4_0 && NT == 1 && kRope) {
-        // The decode attention after this kernel needs a whole SM per CTA (registers, shared
-        // memory). Spread over every SM, 4-warp CTAs leave it none until they drain; as W = 24
-        // warps, one CTA per SM, they leave n_sms - grid SMs free, where the attention's CTAs
-        // start at once and load their first K/V tiles before the wait. MVLLM_QKV_WIDE=0: off.
-        static const bool wide_on = env_on("MVLLM_QKV_WIDE");
-        const unsigned wide_grid = static_cast<unsigned>(ceil_div(n_out, kWideWarps / ks * rows_per_warp<T, NT, kPair>()));
-        if (wide_on && grid > static_cast<unsigned>(device_sm_count()) && wide_grid < static_cast<unsigned>(device_sm_count())) {
-            launch_pdl(gemv_q4_0_b1_kernel<false, true, kWideWarps>, wide_grid, kWideWarps * 32, 0, stream, args);
-            return;
-        }
-    }
     if constexpr (T == DType::Q4_0 && NT == 1)
         launch_pdl(gemv_q4_0_b1_kernel<kPair, kRope>, grid, kGemvWarps * 32, 0, stream, args);
     else
