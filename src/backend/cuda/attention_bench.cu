@@ -1,8 +1,10 @@
 // B1 on CUDA (BENCHMARKS.md), behind `mvllm bench attention`: isolated decode attention per layer,
 // naive / grouped / fused, over a paged F32, F16 or BF16 KV cache with scattered blocks, for the
 // Qwen2.5-0.5B and -7B head geometries, contexts 128..32768, batch 1 and 16. Method: a separate KV
-// buffer per layer (the cache comes from HBM, not L2; above 256 MB a layer, two buffers
-// alternate, each far larger than L2), all layers of the model captured in one CUDA graph,
+// buffer per layer (above 256 MB a layer, two buffers alternate, each far larger than L2), all
+// layers of the model captured in one CUDA graph, so that from a few thousand tokens on the cache
+// comes from HBM; below that, all layers' caches together may stay in the 50 MB L2 between replays
+// (7B at 512 tokens: 28 x 1 MB), where in a decode step the weights stream through L2 and evict them,
 // 20 warm-up replays, median of 50 timed replays divided by the layer count (slow baselines:
 // fewer, down to 2 + 5, to keep each variant near a second). Prints µs/layer,
 // achieved GB/s (KV bytes read / time) and the floor (KV bytes / device-to-device copy bandwidth
