@@ -12,7 +12,7 @@ namespace mvllm::cli {
 
 void register_bench_attention_command(CLI::App& app) {
     static std::string device = "cuda", json_out;
-    static bool quick = false, merge = false;
+    static bool quick = false, merge = false, cold_l2 = false;
     static std::vector<int> contexts;
     static std::vector<int> batches = {1, 16};
     CLI::App* b = bench_group(app)->add_subcommand(
@@ -21,6 +21,9 @@ void register_bench_attention_command(CLI::App& app) {
         ->check(CLI::IsMember({"cuda"}));
     b->add_option("--json-out", json_out, "write the rows as JSON");
     b->add_flag("--quick", quick, "contexts 4096 and 32768, the fused kernel only");
+    b->add_flag("--cold-l2", cold_l2,
+                "evict the L2 before each timed replay (a read of twice its size, not timed): every "
+                "layer's cache then comes from HBM, as in a decode step, at short contexts too");
     b->add_flag("--merge", merge,
                 "instead: time the decode kernel's final split merge alone (its paths and loads in flight, "
                 "partials in L2 or DRAM; a profiling aid)");
@@ -38,6 +41,7 @@ void register_bench_attention_command(CLI::App& app) {
         o.quick = quick;
         o.contexts = contexts;
         o.batches = batches;
+        o.cold_l2 = cold_l2;
         std::exit(cuda::run_attention_bench(o));
 #else
         std::exit(fail(make_error("bench attention needs the CUDA backend (this build has none)")));

@@ -4,7 +4,8 @@
 // buffer per layer (above 256 MB a layer, two buffers alternate, each far larger than L2), all
 // layers of the model captured in one CUDA graph, so that from a few thousand tokens on the cache
 // comes from HBM; below that, all layers' caches together may stay in the 50 MB L2 between replays
-// (7B at 512 tokens: 28 x 1 MB), where in a decode step the weights stream through L2 and evict them,
+// (7B at 512 tokens: 28 x 1 MB), where in a decode step the weights stream through L2 and evict
+// them (`--cold-l2`: a read of twice the L2's size before each timed replay, outside the timing),
 // 20 warm-up replays, median of 50 timed replays divided by the layer count (slow baselines:
 // fewer, down to 2 + 5, to keep each variant near a second). Prints µs/layer,
 // achieved GB/s (KV bytes read / time) and the floor (KV bytes / device-to-device copy bandwidth
@@ -60,6 +61,18 @@ __global__ void fill_kernel(void* p, DType t, size_t n, uint32_t seed) {
     }
 }
 
+// Reads n 16-byte words (--cold-l2: clean lines that push the caches out of L2, where a write
+// would leave dirty lines whose write-back would share the timed replay's bandwidth). The words
+// are zero; the store never happens but keeps the loads.
+__global__ void evict_kernel(const uint4* p, size_t n, unsigned* sink) {
+    unsigned acc = 0;
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const uint4 v = p[i];
+        acc |= v.x | v.y | v.z | v.w;
+    }
+    if (acc == 0xFFFFFFFFu) *sink = acc;
+}
+
 double measure_copy_bandwidth() {
     const size_t bytes = size_t(2) << 30;
     void *a, *b;
@@ -109,7 +122,9 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
         std::fprintf(stderr, "error: cannot write %s\n", opt.json_out.c_str());
         return 1;
     }
-    if (json) std::fprintf(json, "{\"device\": \"%s\", \"copy_gbps\": %.1f, \"rows\": [\n", prop.name, copy_bw / 1e9);
+    if (json)
+        std::fprintf(json, "{\"device\": \"%s\", \"copy_gbps\": %.1f, \"cold_l2\": %s, \"rows\": [\n", prop.name,
+                     copy_bw / 1e9, opt.cold_l2 ? "true" : "false");
 
     const Geometry geos[] = {{"qwen2.5-7b", 28, 28, 4, 128}, {"qwen2.5-0.5b", 24, 14, 2, 64}};
     struct RowSpec {
@@ -134,6 +149,13 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
                 }
     cudaStream_t stream;
     CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    // --cold-l2: a buffer twice the L2's size, written before each replay.
+    void* evict = nullptr;
+    const size_t evict_bytes = 2 * static_cast<size_t>(std::max(prop.l2CacheSize, 1 << 20));
+    if (opt.cold_l2) {
+        CK(cudaMalloc(&evict, evict_bytes + 16));
+        CK(cudaMemset(evict, 0, evict_bytes + 16));
+    }
     bool first_row = true;
     std::printf("%-13s %-4s %6s %5s | %10s %10s %10s | %8s %8s %8s | %7s | %s\n", "geometry", "kv", "ctx", "batch",
                 "naive us", "grouped us", "fused us", "naiveGB/s", "grpGB/s", "fusedGB/s", "floor", "fused % of copy bw");
@@ -260,6 +282,10 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
             const int warm = std::clamp(timed * 2 / 5, 2, 20);
             std::vector<float> ms;
             for (int i = 0; i < warm + timed; ++i) {
+                if (evict)
+                    evict_kernel<<<4 * prop.multiProcessorCount, 512, 0, stream>>>(
+                        static_cast<const uint4*>(evict), evict_bytes / 16,
+                        reinterpret_cast<unsigned*>(static_cast<uint8_t*>(evict) + evict_bytes));
                 cudaEventRecord(e0, stream);
                 CK(cudaGraphLaunch(exec, stream));
                 cudaEventRecord(e1, stream);
@@ -321,6 +347,7 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
                               (const void*)out.data})
             cudaFree(const_cast<void*>(p));
     }
+    if (evict) cudaFree(evict);
     if (json) {
         std::fprintf(json, "]}\n");
         std::fclose(json);

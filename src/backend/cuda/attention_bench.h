@@ -11,6 +11,7 @@ struct AttentionBenchOptions {
     bool quick = false;    // contexts 4096 and 32768, the fused kernel only
     std::vector<int> contexts;  // only these contexts (empty: all of the table's; with quick: the fused kernel only)
     std::vector<int> batches = {1, 16};  // batch sizes (beyond 1: contexts up to 4096)
+    bool cold_l2 = false;  // read a buffer twice the L2's size before each replay (not timed)
 };
 
 // Runs the benchmark on device 0, printing a table; 0 on success.
