@@ -134,10 +134,11 @@ __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefe
 
 // Whether launch_pdl sets the attribute (MVLLM_CUDA_PDL=0 turns it off, for A/B measurements).
 bool pdl_enabled();
-// Which kernels load data no kernel writes before pdl_wait (MVLLM_EARLY_LOADS, default 3, for A/B
+// Which kernels load data no kernel writes before pdl_wait (MVLLM_EARLY_LOADS, default 7, for A/B
 // measurements): bit 1, the decode attention copies its first K/V tiles into shared memory (else
 // it prefetches them to L2); bit 2, the GEMV loads its first weights into registers (else after);
-// bit 4, an accumulating GEMV loads the value it adds to right after the wait (else in its epilogue).
+// bit 4, an accumulating integer GEMV loads the value it adds to right after the wait (else in its
+// epilogue; the float and streaming GEMVs always load it early).
 constexpr int kEarlyAttention = 1, kEarlyGemv = 2, kEarlyResidual = 4;
 int early_loads();
 
