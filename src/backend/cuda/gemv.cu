@@ -374,8 +374,10 @@ int gemv_k_split(int64_t n_items, int64_t n_row_groups, bool k_quant) {
     const int hook = g_k_split.load(std::memory_order_relaxed);
     if (const int forced = hook >= 0 ? hook : from_env) return forced;
     // K-quant items (64 values, 2-4 parts) keep more loads in flight per lane: they split only
-    // below half the warps (splitting 18944x3584 made them 10-15 % slower).
-    const int64_t target_warps = k_quant ? 1024 : 2048;
+    // below half the warps (splitting 18944x3584 made them 10-15 % slower). MVLLM_GEMV_TARGET_WARPS
+    // replaces the 2048 (measurements only).
+    static const int64_t target_env = std::max(0, env_int("MVLLM_GEMV_TARGET_WARPS", 0));
+    const int64_t target_warps = k_quant ? 1024 : target_env ? target_env : 2048;
     int ks = 1;
     while (ks < kGemvWarps && n_row_groups * ks < target_warps && n_items >= 16 * 2 * ks) ks *= 2;
     return ks;
