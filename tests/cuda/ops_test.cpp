@@ -230,6 +230,96 @@ TEST(CudaOps, StreamingGemvEqualsRegisterGemv) {
     cuda::set_gemv_k_split(0);
 }
 
+// The L2 prefetch ranges of a weight's last rows (host only, no GPU): both planes of the split
+// types, starting at a multiple of 8 rows (16-byte aligned in both planes), sizes multiples of 16,
+// ending at the plane's end; four ranges at most; nothing for float weights.
+TEST(CudaOps, L2PrefetchRangesAreWeightTails) {
+    std::vector<uint8_t> storage(4 << 20);
+    auto view = [&](DType t, int64_t n_in, int64_t n_out) {
+        TensorView w;
+        w.type = t;
+        w.ne = {n_in, n_out, 1, 1};
+        w.data = storage.data();
+        return w;
+    };
+    const TensorView gate = view(DType::Q4_0, 896, 4864);  // body 16 B per block, then the f16 scales
+    cuda::L2Prefetch p;
+    ASSERT_TRUE(cuda::add_weight_tail(p, gate, 0.25));
+    ASSERT_EQ(p.n, 2);
+    const int64_t bpr = 896 / 32, first_row = (4864 - 4864 / 4) / 8 * 8;
+    EXPECT_EQ(p.ptr[0], storage.data() + first_row * bpr * 16);
+    EXPECT_EQ(p.bytes[0], (4864 - first_row) * bpr * 16);
+    EXPECT_EQ(p.ptr[1], storage.data() + 4864 * bpr * 16 + first_row * bpr * 2);
+    EXPECT_EQ(p.bytes[1], (4864 - first_row) * bpr * 2);
+    for (int i = 0; i < p.n; ++i) {
+        EXPECT_EQ((p.ptr[i] - storage.data()) % 16, 0) << i;
+        EXPECT_EQ(p.bytes[i] % 16, 0) << i;
+    }
+    // The whole matrix at fraction 1; an odd row count still starts on a multiple of 8 rows.
+    cuda::L2Prefetch whole;
+    ASSERT_TRUE(cuda::add_weight_tail(whole, view(DType::Q8_0, 64, 13), 1.0));
+    EXPECT_EQ(whole.ptr[0], storage.data());
+    EXPECT_EQ(whole.bytes[0], 13 * 2 * 32);
+    EXPECT_EQ(whole.bytes[1], 13 * 2 * 2 / 16 * 16);
+    cuda::L2Prefetch odd;
+    ASSERT_TRUE(cuda::add_weight_tail(odd, view(DType::Q4_0, 64, 13), 0.3));  // 3 rows wanted: from row 8
+    EXPECT_EQ(odd.ptr[0], storage.data() + 8 * 2 * 16);
+    EXPECT_EQ((odd.ptr[1] - storage.data()) % 16, 0);
+    // Q4_K: one plane. Full after two split matrices; float weights have no such layout.
+    cuda::L2Prefetch k;
+    ASSERT_TRUE(cuda::add_weight_tail(k, view(DType::Q4_K, 256, 64), 0.5));
+    EXPECT_EQ(k.n, 1);
+    EXPECT_EQ(k.bytes[0], 32 * 144);
+    EXPECT_TRUE(cuda::add_weight_tail(p, gate, 0.5));
+    EXPECT_FALSE(cuda::add_weight_tail(p, gate, 0.5));
+    EXPECT_FALSE(cuda::add_weight_tail(k, view(DType::F16, 256, 64), 0.5));
+    EXPECT_FALSE(cuda::add_weight_tail(k, view(DType::Q4_0, 256, 64), 0.0));
+}
+
+// will_read's L2 prefetch (issued by the next GEMV's CTAs before their wait) changes no bits: the
+// O-like accumulating GEMV and the gate/up GEMV it named give the same results with the prefetch
+// of the whole pair as without, for every quantised type, one and two token rows.
+TEST(CudaOps, L2PrefetchLeavesResultsUnchanged) {
+    MVLLM_REQUIRE_GPU();
+    uint64_t seed = 1300;
+    for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+        for (int64_t n_rows : {1, 2}) {
+            SCOPED_TRACE(std::string(type_name(type)) + " rows " + std::to_string(n_rows));
+            const int64_t n = 1024, n_ff = 2816;
+            std::vector<uint8_t> ob = random_blocks(type, n, n, seed++), gb = random_blocks(type, n, n_ff, seed++),
+                                 ub = random_blocks(type, n, n_ff, seed++);
+            const std::vector<float> xv = random_floats(static_cast<size_t>(n * n_rows), seed++);
+            const std::vector<float> acc0 = random_floats(static_cast<size_t>(n * n_rows), seed++);
+            std::vector<float> results[2][2];
+            for (int on = 0; on < 2; ++on) {
+                CudaBackendOptions o;
+                o.l2_prefetch_bytes = on ? int64_t{64} << 20 : 0;
+                auto created = CudaBackend::create(o);
+                ASSERT_TRUE(created.is_ok()) << created.status().message();
+                auto be = std::move(created).value();
+                auto wo = be->upload_weight(host_view(type, n, n, ob.data()));
+                auto wg = be->upload_weight(host_view(type, n, n_ff, gb.data()));
+                auto wu = be->upload_weight(host_view(type, n, n_ff, ub.data()));
+                ASSERT_TRUE(wo.is_ok() && wg.is_ok() && wu.is_ok());
+                TensorView x = begin_with_input(*be, xv, n, n_rows);
+                TensorView a = be->alloc(DType::F32, n, n_rows), h = be->alloc(DType::F32, n_ff, n_rows);
+                TensorView gu = be->alloc(DType::F32, 2 * n_ff, n_rows), s = be->alloc(DType::F32, n, n_rows);
+                be->upload(acc0.data(), a);
+                be->will_read(*wg);
+                be->will_read(*wu);
+                be->matmul_add(*wo, x, a, s);
+                be->matmul_swiglu(*wg, *wu, x, h, gu);
+                results[on][0].resize(static_cast<size_t>(n * n_rows));
+                results[on][1].resize(static_cast<size_t>(n_ff * n_rows));
+                be->to_host(a, results[on][0].data());
+                be->to_host(h, results[on][1].data());
+            }
+            EXPECT_TRUE(same_bits(results[1][0], results[0][0]));
+            EXPECT_TRUE(same_bits(results[1][1], results[0][1]));
+        }
+    }
+}
+
 // The streaming GEMV's rules (host only, no GPU): on 132 SMs it takes the 7B's large decode
 // matrices with a CTA imbalance of at most 6 %, leaves matrices under 8 MB to the register GEMV,
 // refuses row counts that are not a multiple of 16 and unquantised weights, and each plan fits the
