@@ -83,11 +83,6 @@ public:
     // Copies an F32 tensor to host memory.
     virtual void to_host(const TensorView& x, float* dst) = 0;
 
-    // A hint: a later matmul of this step reads w (the decoder names the FFN's weights after the
-    // attention). A backend may start moving part of it closer (CUDA: into L2, from the next GEMV's
-    // CTAs while they wait on the attention); the results do not change.
-    virtual void will_read(const TensorView& w) { (void)w; }
-
     // ---- Fused forms: a backend overrides them where it can fuse; the defaults compose the ops
     // above. `scratch` tensors ([n_rows][n_out] f32) serve only the defaults.
 

@@ -217,8 +217,6 @@ TensorView Decoder::run(const Batch& batch, KvCache& cache) {
                 be.kv_store(cache, l, k, v);
             }
             be.attention(cache, l, q, attn, c.n_heads, scale);
-            be.will_read(w.w_gate);
-            be.will_read(w.w_up);
             be.matmul_add(w.wo, attn, x, proj);
 
             be.rms_norm(x, w.ffn_norm, c.rms_norm_eps, xn);

@@ -132,14 +132,6 @@ __device__ __forceinline__ void pdl_begin() {
 // Brings the 128-byte line of p into L2 (no register result; safe before pdl_wait: L2 is coherent).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-// Fetches [p, p + bytes) into L2 by the copy engine, fire and forget (16-byte aligned, a multiple of
-// 16 bytes). Safe before pdl_wait for data no kernel of the step writes.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
 // Whether launch_pdl sets the attribute (MVLLM_CUDA_PDL=0 turns it off, for A/B measurements).
 bool pdl_enabled();
 // Which kernels load data no kernel writes before pdl_wait (MVLLM_EARLY_LOADS, default 7, for A/B

@@ -156,7 +156,6 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
         MVLLM_CUDA_OK(cudaEventCreate(&impl->graph_timing.stop));
     }
     if (!cuda::env_on("MVLLM_CUDA_F16_WEIGHTS")) impl->options.f16_weight_copies = false;
-    if (const int mb = cuda::env_int("MVLLM_L2_PREFETCH_MB", -1); mb >= 0) impl->options.l2_prefetch_bytes = int64_t{mb} << 20;
     if (const int v = cuda::env_int("MVLLM_QKV_ROPE", -1); v == 0 || v == 1)
         impl->options.qkv_rope_epilogue = v ? CudaBackendOptions::QkvRopeEpilogue::On : CudaBackendOptions::QkvRopeEpilogue::Off;
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
@@ -356,30 +355,13 @@ void CudaBackend::matmul(const TensorView& w, const TensorView& x, const TensorV
                         im.stream, im.n_sms, im.options.batch_invariant);
 }
 
-void CudaBackend::will_read(const TensorView& w) {
-    if (impl_->options.l2_prefetch_bytes > 0) impl_->will_read.push_back(w);
-}
-
-const cuda::L2Prefetch* CudaBackend::Impl::take_prefetch(const TensorView& x, cuda::L2Prefetch* storage) {
-    if (will_read.empty()) return nullptr;
-    std::vector<TensorView> named;
-    named.swap(will_read);
-    if (x.ne[1] > cuda::kGemvMaxTokens) return nullptr;  // a GEMM: it does not wait on the attention
-    int64_t total = 0;
-    for (const TensorView& w : named) total += static_cast<int64_t>(w.n_bytes());
-    const double fraction = std::min(1.0, static_cast<double>(options.l2_prefetch_bytes) / static_cast<double>(total));
-    for (const TensorView& w : named) cuda::add_weight_tail(*storage, w, fraction);
-    return storage->n ? storage : nullptr;
-}
-
 void CudaBackend::matmul_add(const TensorView& w, const TensorView& x, const TensorView& acc, const TensorView&) {
     Impl& im = *impl_;
     im.wrote(acc);
     cuda::QxView storage;
     const cuda::QxView* qx = im.qx_for(w, x, &storage);
-    cuda::L2Prefetch ranges;
     cuda::launch_matmul(w, im.f16_copy(w), x, TensorView{}, acc, cuda::GemvEpilogue::Accumulate, qx, im.matmul_scratch,
-                        im.cublas, im.stream, im.n_sms, im.options.batch_invariant, im.take_prefetch(x, &ranges));
+                        im.cublas, im.stream, im.n_sms, im.options.batch_invariant);
 }
 
 void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up, const TensorView& x,

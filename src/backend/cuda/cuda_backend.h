@@ -36,10 +36,6 @@ struct CudaBackendOptions {
     // MVLLM_QKV_ROPE=1 forces it on, =0 off.
     enum class QkvRopeEpilogue { Auto, On, Off };
     QkvRopeEpilogue qkv_rope_epilogue = QkvRopeEpilogue::Auto;
-    // Bytes of the weights named by will_read that the next one-row GEMV (the O projection, which
-    // waits on the attention) fetches into L2 before its wait: the last rows of each named matrix,
-    // in equal fractions. 0: off. MVLLM_L2_PREFETCH_MB replaces it.
-    int64_t l2_prefetch_bytes = 0;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).
@@ -77,7 +73,6 @@ public:
     // Fused forms (backend.h): the residual add in the GEMV epilogue, gate/up + SwiGLU in one
     // GEMV (or one GEMM of the stacked F16 copies + one SwiGLU kernel), QKV as one matrix + one
     // bias / RoPE / KV-write kernel.
-    void will_read(const TensorView& w) override;
     void matmul_add(const TensorView& w, const TensorView& x, const TensorView& acc, const TensorView& scratch) override;
     void matmul_swiglu(const TensorView& w_gate, const TensorView& w_up, const TensorView& x, const TensorView& out,
                        const TensorView& scratch) override;

@@ -144,9 +144,6 @@ struct CudaBackend::Impl {
         int64_t n_between = 0, n_launch_to_result = 0;
     } graph_timing;
     void collect_graph_time();
-    // will_read's weights, waiting for the next GEMV, and the ranges of them it fetches.
-    std::vector<TensorView> will_read;
-    const cuda::L2Prefetch* take_prefetch(const TensorView& x, cuda::L2Prefetch* storage);
 
     ~Impl();
     void ensure_meta(size_t bytes);

@@ -63,19 +63,6 @@ __device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxVi
     }
 }
 
-// This CTA's share of the prefetch ranges (thread 0; a bulk prefetch per 64 KiB at most).
-__device__ __forceinline__ void issue_l2_prefetch(const L2Prefetch& p) {
-    if (threadIdx.x != 0) return;
-#pragma unroll
-    for (int i = 0; i < L2Prefetch::kMaxRanges; ++i) {
-        if (i >= p.n) break;
-        const int64_t chunk = ((p.bytes[i] + gridDim.x - 1) / gridDim.x + 15) & ~int64_t{15};
-        const int64_t end = min(p.bytes[i], static_cast<int64_t>(blockIdx.x + 1) * chunk);
-        for (int64_t b = static_cast<int64_t>(blockIdx.x) * chunk; b < end; b += 65536)
-            bulk_prefetch_l2(p.ptr[i] + b, static_cast<uint32_t>(end - b < 65536 ? end - b : 65536));
-    }
-}
-
 // Reads: R rows of w (and of w2 when kPair) from row (blockIdx.x * (kGemvWarps / ks) + warp / ks) * R,
 // the n_tokens <= NT QX rows of x, bias. Writes: out [n_tokens][n_out] (F32; kPair: out_type).
 // Launch: grid ceil(n_out / (kGemvWarps / ks * R)), kGemvWarps * 32 threads, ks in {1, 2, 4}.
@@ -86,7 +73,7 @@ __device__ __forceinline__ void issue_l2_prefetch(const L2Prefetch& p) {
 template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix& w2, const QxView& x, const float* bias,
                                         void* out, DType out_type, int64_t n_out, int n_tokens, int accumulate, int ks,
-                                        int early, const QkvRopeOut& rope, const L2Prefetch& prefetch) {
+                                        int early, const QkvRopeOut& rope) {
     using I = Item<T>;
     constexpr int R = rows_per_warp<T, NT, kPair>();
     constexpr int NS = kPair ? 2 : 1;
@@ -114,8 +101,6 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
     constexpr int kUnroll = items_unrolled<T, NT, kPair>();
     constexpr int kFirst = T == DType::Q4_0 ? kUnroll : T == DType::Q8_0 ? 1 : 0;
     pdl_trigger();
-    // Later kernels' weights (L2Prefetch): queued first, they hold no registers across the wait.
-    issue_l2_prefetch(prefetch);
     // kRope: the rotation depends only on the step's metadata (uploaded before the first kernel),
     // and the bias is a weight, so the writer lane's (cos, sin), bias pair and cache slot are read
     // before the wait, once the early weight loads are in flight. Lane r * NT + t stores rows
@@ -247,12 +232,11 @@ struct GemvQxArgs {
     int64_t n_out;
     int n_tokens, accumulate, ks, early;  // early: kEarly*Flag bits
     QkvRopeOut rope;  // kRope: where the fused QKV rows go
-    L2Prefetch prefetch;  // later kernels' weights, fetched into L2 before the wait
 };
 template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const GemvQxArgs& a) {
     gemv_qx<T, NT, kPair, kRope>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate, a.ks,
-                                 a.early, a.rope, a.prefetch);
+                                 a.early, a.rope);
 }
 template <DType T, int NT, bool kPair, bool kRope = false>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) { gemv_qx<T, NT, kPair, kRope>(a); }
@@ -378,11 +362,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 
 // Warps that split one row group's items (1, 2 or 4): the fewest that give the launch about 16
 // warps per SM (a short matrix of long rows would otherwise have few loads in flight), as long as
-// every lane keeps a whole item or more (the 7B O projection, 112 items per row: 2 warps, 448
-// CTAs, 3.54 against 3.74 us alone at 4 and 2.75 against 3.44 in the decode step, where its CTAs
-// now all fit beside the attention's; bench/NOTES.md, twenty-third session). Measured on the
-// H200. MVLLM_GEMV_KSPLIT=1|2|4 forces it, for the kernel benchmark; MVLLM_GEMV_HALF_ITEM=1 keeps
-// the earlier half-item bound (measurements only).
+// every lane keeps a whole item or more. The 7B O projection (112 items per row) thus takes 2
+// warps and 448 CTAs, which all fit beside the attention's CTAs in the decode step: 3.54 against
+// 3.74 us alone at 4 warps, the 7B step +2 % (bench/NOTES.md, twenty-third session). Measured on
+// the H200. MVLLM_GEMV_KSPLIT=1|2|4 forces it, for the kernel benchmark; MVLLM_GEMV_HALF_ITEM=1
+// keeps the earlier half-item bound (measurements only).
 std::atomic<int> g_k_split{-1};
 
 int gemv_k_split(int64_t n_items, int64_t n_row_groups, bool k_quant) {
@@ -418,17 +402,15 @@ GemvGrid gemv_qx_grid(int64_t n_in, int64_t n_out) {
 // With `rope` (kRope): the fused QKV rows, RoPE'd and stored by the epilogue (no `out`).
 template <DType T, int NT, bool kPair, bool kRope = false>
 void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
-                    DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, const QkvRopeOut* rope = nullptr,
-                    const L2Prefetch* prefetch = nullptr) {
+                    DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, const QkvRopeOut* rope = nullptr) {
     const auto [ks, grid] = gemv_qx_grid<T, NT, kPair>(x.n_in, n_out);
     const QuantMatrix m = quant_matrix<T>(w.data, w.ne[0], w.ne[1]);
     const QuantMatrix m2 = w2 ? quant_matrix<T>(w2->data, w2->ne[0], w2->ne[1]) : m;
     GemvQxArgs args{m, m2, x, bias, out, out_type, n_out, static_cast<int>(x.n_rows), accumulate, ks,
                     (early_loads() & kEarlyGemv ? kEarlyWeightsFlag : 0) |
                         (early_loads() & kEarlyResidual ? kEarlyResidualFlag : 0),
-                    {}, {}};
+                    {}};
     if (rope) args.rope = *rope;
-    if (prefetch) args.prefetch = *prefetch;
     if constexpr (T == DType::Q4_0 && NT == 1)
         launch_pdl(gemv_q4_0_b1_kernel<kPair, kRope>, grid, kGemvWarps * 32, 0, stream, args);
     else
@@ -453,12 +435,12 @@ void qkv_rope_dispatch_type(const TensorView& w, const QxView& x, const float* b
 
 template <int NT, bool kPair>
 void gemv_qx_dispatch_type(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
-                           DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, const L2Prefetch* pf) {
+                           DType out_type, int64_t n_out, int accumulate, cudaStream_t stream) {
     switch (w.type) {
-        case DType::Q4_0: gemv_qx_launch<DType::Q4_0, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream, nullptr, pf); break;
-        case DType::Q8_0: gemv_qx_launch<DType::Q8_0, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream, nullptr, pf); break;
-        case DType::Q4_K: gemv_qx_launch<DType::Q4_K, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream, nullptr, pf); break;
-        case DType::Q6_K: gemv_qx_launch<DType::Q6_K, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream, nullptr, pf); break;
+        case DType::Q4_0: gemv_qx_launch<DType::Q4_0, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
+        case DType::Q8_0: gemv_qx_launch<DType::Q8_0, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
+        case DType::Q4_K: gemv_qx_launch<DType::Q4_K, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
+        case DType::Q6_K: gemv_qx_launch<DType::Q6_K, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
         default: MVLLM_CHECK(false) << "integer GEMV: weight type " << type_name(w.type);
     }
 }
@@ -469,8 +451,7 @@ void gemv_qx_dispatch_type(const TensorView& w, const TensorView* w2, const QxVi
 // sums differ in order from the register GEMV's at other column counts.
 template <bool kPair>
 void gemv_qx_dispatch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
-                      DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, bool batch_invariant,
-                      const L2Prefetch* prefetch = nullptr) {
+                      DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, bool batch_invariant) {
     if (x.n_rows == 1 && !batch_invariant && launch_gemv_stream(w, w2, x, bias, out, out_type, accumulate, stream)) {
         MVLLM_CUDA_LAUNCH_CHECK();
         return;
@@ -484,11 +465,10 @@ void gemv_qx_dispatch(const TensorView& w, const TensorView* w2, const QxView& x
         xs.meta = x.meta + t0 * (x.n_in / 32);
         xs.n_rows = n;
         void* os = static_cast<uint8_t*>(out) + static_cast<size_t>(t0 * n_out) * out_elem;
-        const L2Prefetch* pf = t0 == 0 ? prefetch : nullptr;  // the first slice's CTAs fetch it
-        if (n == 1) gemv_qx_dispatch_type<1, kPair>(w, w2, xs, bias, os, out_type, n_out, accumulate, stream, pf);
-        else if (n == 2) gemv_qx_dispatch_type<2, kPair>(w, w2, xs, bias, os, out_type, n_out, accumulate, stream, pf);
-        else if (n <= 4) gemv_qx_dispatch_type<4, kPair>(w, w2, xs, bias, os, out_type, n_out, accumulate, stream, pf);
-        else gemv_qx_dispatch_type<8, kPair>(w, w2, xs, bias, os, out_type, n_out, accumulate, stream, pf);
+        if (n == 1) gemv_qx_dispatch_type<1, kPair>(w, w2, xs, bias, os, out_type, n_out, accumulate, stream);
+        else if (n == 2) gemv_qx_dispatch_type<2, kPair>(w, w2, xs, bias, os, out_type, n_out, accumulate, stream);
+        else if (n <= 4) gemv_qx_dispatch_type<4, kPair>(w, w2, xs, bias, os, out_type, n_out, accumulate, stream);
+        else gemv_qx_dispatch_type<8, kPair>(w, w2, xs, bias, os, out_type, n_out, accumulate, stream);
         MVLLM_CUDA_LAUNCH_CHECK();
     }
 }
@@ -531,44 +511,12 @@ void set_gemv_k_split(int ks) { g_k_split.store(ks == 1 || ks == 2 || ks == 4 ? 
 bool gemv_uses_qx(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K; }
 
 void launch_gemv_qx(const TensorView& w, const QxView& qx, const TensorView& bias, const TensorView& out,
-                    GemvEpilogue epilogue, cudaStream_t stream, bool batch_invariant, const L2Prefetch* prefetch) {
+                    GemvEpilogue epilogue, cudaStream_t stream, bool batch_invariant) {
     MVLLM_CHECK(w.ne[0] == qx.n_in && out.ne[0] == w.ne[1] && out.ne[1] == qx.n_rows && out.type == DType::F32)
         << "gemv_qx shapes";
     const float* b = bias.data ? static_cast<const float*>(bias.data) : nullptr;
     gemv_qx_dispatch<false>(w, nullptr, qx, b, out.data, DType::F32, w.ne[1],
-                            epilogue == GemvEpilogue::Accumulate ? 1 : 0, stream, batch_invariant, prefetch);
-}
-
-namespace {
-template <DType T>
-bool add_tail(L2Prefetch& p, const TensorView& w, double fraction) {
-    using Q = QuantTraits<T>;
-    const int64_t n_rows = w.ne[1];
-    // From a multiple of 8 rows, so that both planes' ranges start at multiples of 16 bytes.
-    const int64_t want = static_cast<int64_t>(std::clamp(fraction, 0.0, 1.0) * static_cast<double>(n_rows));
-    const int64_t first_row = std::max<int64_t>(0, n_rows - want) / 8 * 8;
-    const int n_planes = Q::kSplit ? 2 : 1;
-    if (want <= 0 || p.n + n_planes > L2Prefetch::kMaxRanges) return false;
-    const QuantMatrix m = quant_matrix<T>(w.data, w.ne[0], n_rows);
-    const int64_t first_block = first_row * m.blocks_per_row, n_blocks = (n_rows - first_row) * m.blocks_per_row;
-    p.ptr[p.n] = m.body + first_block * Q::kBody;
-    p.bytes[p.n++] = n_blocks * Q::kBody / 16 * 16;
-    if (Q::kSplit) {
-        p.ptr[p.n] = m.scales + first_block * 2;
-        p.bytes[p.n++] = n_blocks * 2 / 16 * 16;
-    }
-    return true;
-}
-}  // namespace
-
-bool add_weight_tail(L2Prefetch& p, const TensorView& w, double fraction) {
-    switch (w.type) {
-        case DType::Q4_0: return add_tail<DType::Q4_0>(p, w, fraction);
-        case DType::Q8_0: return add_tail<DType::Q8_0>(p, w, fraction);
-        case DType::Q4_K: return add_tail<DType::Q4_K>(p, w, fraction);
-        case DType::Q6_K: return add_tail<DType::Q6_K>(p, w, fraction);
-        default: return false;
-    }
+                            epilogue == GemvEpilogue::Accumulate ? 1 : 0, stream, batch_invariant);
 }
 
 void launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,

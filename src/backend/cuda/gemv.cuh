@@ -32,21 +32,6 @@ struct QxView {
     int64_t n_rows = 0;
 };
 
-// Byte ranges of weights that a later kernel of the step reads, to be fetched into L2 by the CTAs
-// of a GEMV while they wait for the kernel before them (cp.async.bulk.prefetch.L2, spread over the
-// grid). Weights are no kernel's output, so the fetch may start before the PDL wait; it fills
-// memory time that the latency-bound kernels (attention, RMSNorm) leave idle. Starts and sizes are
-// multiples of 16 bytes.
-struct L2Prefetch {
-    static constexpr int kMaxRanges = 4;
-    const uint8_t* ptr[kMaxRanges] = {};
-    int64_t bytes[kMaxRanges] = {};
-    int n = 0;
-};
-// Adds the last `fraction` of quantised w's rows (its body and scale planes) to p; false when w's
-// type has no such layout or p is full.
-bool add_weight_tail(L2Prefetch& p, const TensorView& w, double fraction);
-
 // Bytes of a QX buffer for n_rows rows of n_in values, and the view of such a buffer.
 size_t qx_bytes(int64_t n_in, int64_t n_rows);
 QxView qx_view(void* buffer, int64_t n_in, int64_t n_rows);
@@ -81,10 +66,8 @@ void launch_qkv_rope_gemv(const TensorView& wqkv, const QxView& qx, const Tensor
 // Quantised W [n_out][n_in] against qx (n_tokens = qx.n_rows; launches of <= kGemvMaxColumns
 // columns, more than one only in batch-invariant mode); out F32.
 // One column (outside batch-invariant mode) may run the streaming GEMV of gemv_stream.cuh.
-// prefetch: ranges the register GEMV's CTAs fetch into L2 before their PDL wait (or nullptr).
 void launch_gemv_qx(const TensorView& w, const QxView& qx, const TensorView& bias, const TensorView& out,
-                    GemvEpilogue epilogue, cudaStream_t stream, bool batch_invariant = false,
-                    const L2Prefetch* prefetch = nullptr);
+                    GemvEpilogue epilogue, cudaStream_t stream, bool batch_invariant = false);
 // out = silu(W_gate x) * (W_up x) (out: F32 / F16 / BF16), both weights of one quantised type.
 void launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,
                            const TensorView& out, cudaStream_t stream, bool batch_invariant = false);

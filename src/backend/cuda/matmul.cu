@@ -215,7 +215,7 @@ QxView ensure_qx(MatmulScratch& scratch, int64_t n_in, int64_t n_rows) {
 
 void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, const TensorView& bias, const TensorView& out,
                    GemvEpilogue epilogue, const QxView* qx, MatmulScratch& scratch, cublasHandle_t cublas,
-                   cudaStream_t stream, int32_t n_sms, bool batch_invariant, const L2Prefetch* prefetch) {
+                   cudaStream_t stream, int32_t n_sms, bool batch_invariant) {
     const int64_t n_in = w.ne[0], n_out = w.ne[1], n_tokens = x.ne[1];
     MVLLM_CHECK(x.ne[0] == n_in && out.ne[0] == n_out && out.ne[1] == n_tokens && out.type == DType::F32)
         << "matmul shapes: w " << shape_string(w.ne) << " x " << shape_string(x.ne) << " out " << shape_string(out.ne);
@@ -238,7 +238,7 @@ void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, 
                 q = ensure_qx(scratch, n_in, n_tokens);
                 launch_quantize_qx(x, q, stream);
             }
-            launch_gemv_qx(w, q, bias, out, epilogue, stream, batch_invariant, prefetch);
+            launch_gemv_qx(w, q, bias, out, epilogue, stream, batch_invariant);
         } else if (n_in % 8 == 0) {
             launch_gemv_float(w, x, bias, out, epilogue, stream);
         } else {

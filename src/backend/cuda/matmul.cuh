@@ -64,12 +64,10 @@ bool cuda_weight_type_supported(DType type);
 
 // qx: x already quantised (e.g. by launch_rms_norm_qx), or nullptr (quantised here if needed).
 // w_f16: W dequantised to F16 once (same ne), used by the F16 GEMM path, or nullptr.
-// n_sms: the device's SM count (sizes the quantised GEMM's K split). prefetch: weight ranges the
-// integer GEMV's CTAs fetch into L2 while they wait (gemv.cuh); other paths ignore it.
+// n_sms: the device's SM count (sizes the quantised GEMM's K split).
 void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, const TensorView& bias, const TensorView& out,
                    GemvEpilogue epilogue, const QxView* qx, MatmulScratch& scratch, cublasHandle_t cublas,
-                   cudaStream_t stream, int32_t n_sms, bool batch_invariant = false,
-                   const L2Prefetch* prefetch = nullptr);
+                   cudaStream_t stream, int32_t n_sms, bool batch_invariant = false);
 
 // out[n_tokens][n1 + n2] = x . [W1; W2]^T: two matrices of one type and row length as one product
 // (gate and up), for row counts whose path is MatmulPath::GemmTiles.
