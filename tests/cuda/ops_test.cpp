@@ -230,48 +230,6 @@ TEST(CudaOps, StreamingGemvEqualsRegisterGemv) {
     cuda::set_gemv_k_split(0);
 }
 
-// The batch-1 Q4_0 GEMV's long-row form (2 rows per warp, 4 items per lane in flight) sums each
-// row's items in the default form's order at the same K split: the same bits, stored with bias and
-// added to a residual, for K splits 1, 2 and 4 and a row count that leaves a partial last CTA.
-TEST(CudaOps, LongRowGemvEqualsDefault) {
-    MVLLM_REQUIRE_GPU();
-    auto be = make_cuda();
-    ASSERT_TRUE(be);
-    uint64_t seed = 1500;
-    for (const Shape& sh : {Shape{18944, 3584}, Shape{4864, 1000}}) {
-        SCOPED_TRACE(std::to_string(sh.n_in) + "x" + std::to_string(sh.n_out));
-        std::vector<uint8_t> wb = random_blocks(DType::Q4_0, sh.n_in, sh.n_out, seed++);
-        auto w = be->upload_weight(host_view(DType::Q4_0, sh.n_in, sh.n_out, wb.data()));
-        std::vector<float> bias = random_floats(static_cast<size_t>(sh.n_out), seed++, 0.1f);
-        auto b = be->upload_weight(host_view(DType::F32, sh.n_out, 1, bias.data()));
-        ASSERT_TRUE(w.is_ok() && b.is_ok());
-        const std::vector<float> xv = random_floats(static_cast<size_t>(sh.n_in), seed++);
-        const std::vector<float> acc0 = random_floats(static_cast<size_t>(sh.n_out), seed++);
-        for (int ks : {1, 2, 4}) {
-            SCOPED_TRACE("k split " + std::to_string(ks));
-            std::vector<float> res[2][2];
-            for (int form = 0; form < 2; ++form) {
-                cuda::set_gemv_long_rows(form ? 1 : 0);
-                cuda::set_gemv_k_split(ks);
-                TensorView x = begin_with_input(*be, xv, sh.n_in, 1);
-                TensorView o = be->alloc(DType::F32, sh.n_out, 1), a = be->alloc(DType::F32, sh.n_out, 1);
-                TensorView s1 = be->alloc(DType::F32, sh.n_out, 1);
-                be->upload(acc0.data(), a);
-                be->matmul(*w, x, *b, o);
-                be->matmul_add(*w, x, a, s1);
-                for (int k = 0; k < 2; ++k) {
-                    res[form][k].resize(static_cast<size_t>(sh.n_out));
-                    be->to_host(k ? a : o, res[form][k].data());
-                }
-            }
-            EXPECT_TRUE(same_bits(res[1][0], res[0][0]));
-            EXPECT_TRUE(same_bits(res[1][1], res[0][1]));
-        }
-    }
-    cuda::set_gemv_long_rows(-1);
-    cuda::set_gemv_k_split(0);
-}
-
 // The streaming GEMV's rules (host only, no GPU): on 132 SMs it takes the 7B's large decode
 // matrices with a CTA imbalance of at most 6 %, leaves matrices under 8 MB to the register GEMV,
 // refuses row counts that are not a multiple of 16 and unquantised weights, and each plan fits the

@@ -70,12 +70,12 @@ __device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxVi
 // 32 (k + ks) + l, ...; each weight byte is loaded once and dotted with every column. The parts
 // are summed in a fixed order (warp sums, then part 0 + 1 + ...), so a column's result depends
 // neither on the other columns nor on which CTA ran it.
-template <DType T, int NT, bool kPair, bool kRope = false, int kRows = 0>
+template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix& w2, const QxView& x, const float* bias,
                                         void* out, DType out_type, int64_t n_out, int n_tokens, int accumulate, int ks,
                                         int early, const QkvRopeOut& rope) {
     using I = Item<T>;
-    constexpr int R = kRows ? kRows : rows_per_warp<T, NT, kPair>();  // kRows: the long-row form
+    constexpr int R = rows_per_warp<T, NT, kPair>();
     constexpr int NS = kPair ? 2 : 1;
     __shared__ float partial[kGemvWarps][NS * R * NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -98,8 +98,7 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
     // first step; Q8_0: one item), then the wait; they are dotted in the loop's order, so the sums
     // are the same. The K-quants' items are two to three times larger (more registers held across
     // the wait; not measured on the device): their first item's lines go to L2 instead.
-    // The long-row form holds as many weight registers in 2 rows x 4 items as the default in 4 x 2.
-    constexpr int kUnroll = kRows == 2 ? 4 : items_unrolled<T, NT, kPair>();
+    constexpr int kUnroll = items_unrolled<T, NT, kPair>();
     constexpr int kFirst = T == DType::Q4_0 ? kUnroll : T == DType::Q8_0 ? 1 : 0;
     pdl_trigger();
     // kRope: the rotation depends only on the step's metadata (uploaded before the first kernel),
@@ -234,9 +233,9 @@ struct GemvQxArgs {
     int n_tokens, accumulate, ks, early;  // early: kEarly*Flag bits
     QkvRopeOut rope;  // kRope: where the fused QKV rows go
 };
-template <DType T, int NT, bool kPair, bool kRope = false, int kRows = 0>
+template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const GemvQxArgs& a) {
-    gemv_qx<T, NT, kPair, kRope, kRows>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate, a.ks,
+    gemv_qx<T, NT, kPair, kRope>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate, a.ks,
                                  a.early, a.rope);
 }
 template <DType T, int NT, bool kPair, bool kRope = false>
@@ -246,10 +245,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) 
 // on every instantiation makes ptxas spend far more registers on the others.) The QKV + RoPE form
 // takes 6 (80 registers): its double-precision sincos runs while the first items are held, and its
 // launches (7B: 576 CTAs, 0.5B: 72) are one wave at 6 CTAs per SM anyway.
-// kRows: rows per warp where not the default (the long-row form, gemv_long_rows).
-template <bool kPair, bool kRope = false, int kRows = 0>
+template <bool kPair, bool kRope = false>
 __global__ void __launch_bounds__(kGemvWarps * 32, kRope ? 6 : 7) gemv_q4_0_b1_kernel(GemvQxArgs a) {
-    gemv_qx<DType::Q4_0, 1, kPair, kRope, kRows>(a);
+    gemv_qx<DType::Q4_0, 1, kPair, kRope>(a);
 }
 
 // 16 bytes of a float weight row as f32 values (4 for F32, 8 for F16 / BF16).
@@ -394,47 +392,29 @@ struct GemvGrid {
     int ks;
     unsigned grid;
 };
-template <DType T, int NT, bool kPair, int kRows = 0>
+template <DType T, int NT, bool kPair>
 GemvGrid gemv_qx_grid(int64_t n_in, int64_t n_out) {
-    constexpr int R = kRows ? kRows : rows_per_warp<T, NT, kPair>();
+    constexpr int R = rows_per_warp<T, NT, kPair>();
     const int ks = gemv_k_split(n_in / Item<T>::kValues, ceil_div(n_out, R), Item<T>::kParts > 1);
     return {ks, static_cast<unsigned>(ceil_div(n_out, kGemvWarps / ks * R))};
 }
 
 // With `rope` (kRope): the fused QKV rows, RoPE'd and stored by the epilogue (no `out`).
-// Rows of at least this many items take the batch-1 Q4_0 GEMV's long-row form: 2 rows per warp
-// instead of 4 (MVLLM_GEMV_LONG_ROWS=items; 0, the default: never; measurements only).
-std::atomic<int64_t> g_long_rows{-1};  // the test hook: the threshold, or -1 (the environment's)
-bool gemv_long_rows(int64_t n_items) {
-    static const int64_t from_env = std::max(0, env_int("MVLLM_GEMV_LONG_ROWS", 0));
-    const int64_t hook = g_long_rows.load(std::memory_order_relaxed);
-    const int64_t threshold = hook >= 0 ? hook : from_env;
-    return threshold > 0 && n_items >= threshold;
-}
-
 template <DType T, int NT, bool kPair, bool kRope = false>
 void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
                     DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, const QkvRopeOut* rope = nullptr) {
+    const auto [ks, grid] = gemv_qx_grid<T, NT, kPair>(x.n_in, n_out);
     const QuantMatrix m = quant_matrix<T>(w.data, w.ne[0], w.ne[1]);
     const QuantMatrix m2 = w2 ? quant_matrix<T>(w2->data, w2->ne[0], w2->ne[1]) : m;
-    GemvQxArgs args{m, m2, x, bias, out, out_type, n_out, static_cast<int>(x.n_rows), accumulate, 0,
+    GemvQxArgs args{m, m2, x, bias, out, out_type, n_out, static_cast<int>(x.n_rows), accumulate, ks,
                     (early_loads() & kEarlyGemv ? kEarlyWeightsFlag : 0) |
                         (early_loads() & kEarlyResidual ? kEarlyResidualFlag : 0),
                     {}};
     if (rope) args.rope = *rope;
-    auto launch = [&]<int kRows>(auto kernel) {
-        const GemvGrid g = gemv_qx_grid<T, NT, kPair, kRows>(x.n_in, n_out);
-        args.ks = g.ks;
-        launch_pdl(kernel, g.grid, kGemvWarps * 32, 0, stream, args);
-    };
-    if constexpr (T == DType::Q4_0 && NT == 1) {
-        if (!kPair && !kRope && gemv_long_rows(x.n_in / Item<T>::kValues))
-            launch.template operator()<2>(gemv_q4_0_b1_kernel<false, false, 2>);
-        else
-            launch.template operator()<0>(gemv_q4_0_b1_kernel<kPair, kRope>);
-    } else {
-        launch.template operator()<0>(gemv_qx_kernel<T, NT, kPair, kRope>);
-    }
+    if constexpr (T == DType::Q4_0 && NT == 1)
+        launch_pdl(gemv_q4_0_b1_kernel<kPair, kRope>, grid, kGemvWarps * 32, 0, stream, args);
+    else
+        launch_pdl(gemv_qx_kernel<T, NT, kPair, kRope>, grid, kGemvWarps * 32, 0, stream, args);
 }
 
 // The fused QKV projection with RoPE and the K/V store in the epilogue, up to kQkvRopeMaxRows rows
@@ -525,8 +505,6 @@ void gemv_float_dispatch(const TensorView& w, const TensorView& x, const float* 
 }
 
 }  // namespace
-
-void set_gemv_long_rows(int64_t min_items) { g_long_rows.store(min_items >= 0 ? min_items : -1, std::memory_order_relaxed); }
 
 void set_gemv_k_split(int ks) { g_k_split.store(ks == 1 || ks == 2 || ks == 4 ? ks : -1, std::memory_order_relaxed); }
 

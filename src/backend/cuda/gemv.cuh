@@ -73,9 +73,6 @@ void launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, con
                            const TensorView& out, cudaStream_t stream, bool batch_invariant = false);
 // Test hook: the register GEMV's K split (1, 2 or 4; anything else: back to its rule).
 void set_gemv_k_split(int ks);
-// Test hook: rows of at least min_items 32-value items take the batch-1 Q4_0 GEMV's long-row form
-// (2 rows per warp; 0: never; negative: back to MVLLM_GEMV_LONG_ROWS).
-void set_gemv_long_rows(int64_t min_items);
 // F32 / F16 / BF16 W against x (F32 or F16, n_tokens = x.ne[1], sliced likewise); out F32.
 void launch_gemv_float(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,
                        GemvEpilogue epilogue, cudaStream_t stream);
