@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "core/types.h"
@@ -120,14 +121,94 @@ __device__ __forceinline__ void pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void pdl_wait() {
+
+// ---- The step timeline (a profiling aid: cmake -DMVLLM_STEP_TIMELINE=ON) ----------------------------
+// Thread 0 of every CTA stamps %globaltimer when it reaches pdl_wait and when the wait returns
+// (every earlier kernel has completed: the release of one kernel is the end of the one before),
+// with the wait's call site (file name hash, line), the grid size, its block and SM, into a ring of
+// its translation unit; step_timeline_dump (ops.cuh) merges the rings into a CSV for
+// scripts/step_timeline.py. The ring's slot is taken before the wait, so only a CTA that arrives
+// after its kernel's release pays the atomic's round trip.
+#ifdef MVLLM_STEP_TIMELINE
+struct StepTimelineRecord {
+    uint32_t file, line, grid, block, sm, unused;
+    uint64_t enter, release;
+};
+constexpr uint32_t kStepTimelineCap = 1u << 19;  // per translation unit
+// Appends a translation unit's records to out; where its ring wrapped, *oldest = its oldest release.
+using StepTimelineReader = size_t (*)(std::vector<StepTimelineRecord>& out, uint64_t* oldest);
+int register_step_timeline(StepTimelineReader reader);  // step_timeline.cu
+namespace {
+__device__ StepTimelineRecord g_step_timeline[kStepTimelineCap];
+__device__ unsigned long long g_step_timeline_n;
+size_t read_step_timeline(std::vector<StepTimelineRecord>& out, uint64_t* oldest) {
+    unsigned long long n = 0;
+    if (cudaMemcpyFromSymbol(&n, g_step_timeline_n, sizeof(n)) != cudaSuccess) return 0;
+    std::vector<StepTimelineRecord> r(kStepTimelineCap);
+    if (cudaMemcpyFromSymbol(r.data(), g_step_timeline, r.size() * sizeof(r[0])) != cudaSuccess) return 0;
+    const unsigned long long first = n > kStepTimelineCap ? n - kStepTimelineCap : 0;
+    *oldest = 0;
+    for (unsigned long long k = first; k < n; ++k) {
+        out.push_back(r[k % kStepTimelineCap]);
+        if (first > 0 && (*oldest == 0 || out.back().release < *oldest)) *oldest = out.back().release;
+    }
+    return n - first;
+}
+[[maybe_unused]] const int g_step_timeline_registered = register_step_timeline(read_step_timeline);
+}  // namespace
+// FNV-1a of the file name after its last '/'.
+__device__ __forceinline__ uint32_t step_timeline_file(const char* path) {
+    const char* base = path;
+    for (const char* c = path; *c; ++c)
+        if (*c == '/') base = c + 1;
+    uint32_t h = 2166136261u;
+    for (const char* c = base; *c; ++c) h = (h ^ static_cast<uint8_t>(*c)) * 16777619u;
+    return h;
+}
+__device__ __forceinline__ uint64_t global_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define MVLLM_PDL_SITE unsigned site_line = __builtin_LINE(), const char* site_file = __builtin_FILE()
+#define MVLLM_PDL_SITE_ARGS site_line, site_file
+#else
+#define MVLLM_PDL_SITE
+#define MVLLM_PDL_SITE_ARGS
+#endif
+
+__device__ __forceinline__ void pdl_wait(MVLLM_PDL_SITE) {
+#ifdef MVLLM_STEP_TIMELINE
+    const bool stamp = threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
+    unsigned long long slot = 0;
+    uint64_t enter = 0;
+    if (stamp) {
+        slot = atomicAdd(&g_step_timeline_n, 1ull);
+        enter = global_ns();
+    }
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+#ifdef MVLLM_STEP_TIMELINE
+    if (stamp) {
+        StepTimelineRecord& r = g_step_timeline[slot % kStepTimelineCap];
+        uint32_t sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        r.release = global_ns();
+        r.enter = enter;
+        r.file = step_timeline_file(site_file);
+        r.line = site_line;
+        r.grid = gridDim.x * gridDim.y * gridDim.z;
+        r.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+        r.sm = sm;
+        r.unused = 0;
+    }
+#endif
 }
-__device__ __forceinline__ void pdl_begin() {
+__device__ __forceinline__ void pdl_begin(MVLLM_PDL_SITE) {
     pdl_trigger();
-    pdl_wait();
+    pdl_wait(MVLLM_PDL_SITE_ARGS);
 }
 // Brings the 128-byte line of p into L2 (no register result; safe before pdl_wait: L2 is coherent).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }

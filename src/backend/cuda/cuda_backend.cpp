@@ -133,6 +133,8 @@ CudaBackend::~CudaBackend() {
     // records, to prefix_model.csv.
     if (const char* tl = std::getenv("MVLLM_ATTN_TIMELINE_OUT"))
         cuda::attention_timeline_dump((std::string(tl) + "_model.csv").c_str());
+    // MVLLM_STEP_TIMELINE_OUT=file (builds with MVLLM_STEP_TIMELINE): every kernel's CTAs at the PDL wait.
+    if (const char* tl = std::getenv("MVLLM_STEP_TIMELINE_OUT")) cuda::step_timeline_dump(tl);
 }
 
 Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOptions& options) {

@@ -10,6 +10,11 @@
 
 namespace mvllm::cuda {
 
+// The step timeline (a build with -DMVLLM_STEP_TIMELINE=ON, common.cuh): every CTA's arrival at
+// and release from the PDL wait, as CSV (scripts/step_timeline.py); the records written; 0 in
+// other builds.
+size_t step_timeline_dump(const char* path);
+
 // out[i] = table[ids[i]], dequantised (table: any weight type; out: F32/F16/BF16).
 void launch_embed(const TensorView& table, const int32_t* ids, const TensorView& out, cudaStream_t stream);
 // out = x / rms(x) * weight, per row (weight F32/F16/BF16).
