@@ -11,8 +11,9 @@ first CTA was resident before the release (the overlap that programmatic launch 
 how many of its CTAs arrived after the release (waves beyond the first).
 
 Launches are told apart by their call site and grid (the records are in release order); steps by
-a gap: the first kernel of a step arrives after the previous step's last release. Steps whose
-kernel sequence has the most common length are kept, the first and the last are left out.
+the period of that sequence, starting at a one-CTA kernel that runs once per period (the decode
+step's embedding lookup) or else after the longest gap. Complete steps with the common sequence are
+kept; the last kernel of a step has no span (the next step starts after the host's turn).
 
 Usage: scripts/step_timeline.py FILE.csv [--steps N]  prints the median over steps of each kernel
 of the step (its site, grid, span, lead, late CTAs), then the sum of spans per site and grid.
@@ -51,16 +52,30 @@ def launches(rows):
     return out
 
 
-def steps(ks, gap_ns=3000):
-    out, cur = [], []
-    for i, k in enumerate(ks):
-        if cur and k['enter'] > ks[i - 1]['last'] + gap_ns:
-            out.append(cur)
-            cur = []
-        cur.append(k)
-    if cur:
-        out.append(cur)
-    return out
+def period(sigs, lo=2, hi=4000):
+    """The smallest p under which the sequence repeats (95 % of the compared positions agree)."""
+    for p in range(lo, min(hi, len(sigs) // 3)):
+        n = len(sigs) - p
+        if sum(1 for i in range(n) if sigs[i] == sigs[i + p]) >= 0.95 * n:
+            return p
+    return None
+
+
+def steps(ks):
+    sigs = [k['sig'] for k in ks]
+    p = period(sigs)
+    if p is None:
+        return []
+    counts = {}
+    for sg in sigs[:p]:
+        counts[sg] = counts.get(sg, 0) + 1
+    ones = [i for i in range(p) if sigs[i][2] == 1 and counts[sigs[i]] == 1]
+    if ones:
+        start = ones[0]
+    else:
+        gaps = [ks[i + 1]['first'] - ks[i]['first'] for i in range(p)]
+        start = (gaps.index(max(gaps)) + 1) % p
+    return [ks[i:i + p] for i in range(start, len(ks) - p + 1, p)]
 
 
 def main(argv):
@@ -73,14 +88,13 @@ def main(argv):
     rows.sort(key=lambda r: r['release'])
     names = site_names()
     st = steps(launches(rows))
-    if len(st) < 3:
+    if len(st) < 2:
         print(f'{path}: {len(st)} steps, too few')
         return 1
-    lengths = [len(s) for s in st[1:-1]]
-    mode = statistics.mode(lengths)
-    keep = [s for s in st[1:-1] if len(s) == mode]
-    sig0 = [k['sig'] for k in keep[0]]
-    keep = [s for s in keep if [k['sig'] for k in s] == sig0]
+    sig_lists = [tuple(k['sig'] for k in s) for s in st]
+    common = statistics.mode(sig_lists)
+    keep = [s for s, sg in zip(st, sig_lists) if sg == common]
+    mode = len(common)
     print(f'{path}: {len(rows)} CTA records, {len(st)} steps, {len(keep)} kept of {mode} kernels each')
     step_ns = [s[-1]['first'] - s[0]['first'] for s in keep]
     print(f'first release to last release, median: {statistics.median(step_ns) / 1000:.1f} us')
