@@ -230,6 +230,29 @@ TEST(CudaOps, StreamingGemvEqualsRegisterGemv) {
     cuda::set_gemv_k_split(0);
 }
 
+// The register GEMV's K split for one token column (host only, no GPU): the fewest warps per row
+// that bring a launch to ~2,048 warps while each lane keeps a whole item (32 values): the 7B O
+// projection 2 (112 items per row: 4 would leave lanes without one), its down projection 4, QKV 2,
+// gate/up 1 (enough rows); the 0.5B's 896-long rows stay whole (28 items), its down takes 4.
+TEST(CudaOps, GemvKSplitRule) {
+    struct Case {
+        int64_t n_in, n_out;
+        bool pair;
+        int ks;
+    };
+    const Case cases[] = {
+        {3584, 3584, false, 2}, {18944, 3584, false, 4}, {3584, 4608, false, 2}, {3584, 18944, true, 1},
+        {896, 896, false, 1},   {4864, 896, false, 4},   {896, 1152, false, 1},
+    };
+    cuda::set_gemv_k_split(0);
+    for (const Case& c : cases)
+        EXPECT_EQ(cuda::gemv_one_column_k_split(DType::Q4_0, c.n_in, c.n_out, c.pair), c.ks)
+            << c.n_in << "x" << c.n_out << (c.pair ? " pair" : "");
+    cuda::set_gemv_k_split(4);  // the hook overrides the rule
+    EXPECT_EQ(cuda::gemv_one_column_k_split(DType::Q4_0, 3584, 3584, false), 4);
+    cuda::set_gemv_k_split(0);
+}
+
 // The streaming GEMV's rules (host only, no GPU): on 132 SMs it takes the 7B's large decode
 // matrices with a CTA imbalance of at most 6 %, leaves matrices under 8 MB to the register GEMV,
 // refuses row counts that are not a multiple of 16 and unquantised weights, and each plan fits the

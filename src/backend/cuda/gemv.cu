@@ -381,9 +381,10 @@ int gemv_k_split(int64_t n_items, int64_t n_row_groups, bool k_quant) {
     // replaces the 2048 (measurements only).
     static const int64_t target_env = std::max(0, env_int("MVLLM_GEMV_TARGET_WARPS", 0));
     const int64_t target_warps = k_quant ? 1024 : target_env ? target_env : 2048;
-    static const int64_t lane_items_x2 = env_int("MVLLM_GEMV_HALF_ITEM", 0) == 1 ? 1 : 2;  // items per lane at 2 ks, x2
+    // Half items each lane keeps at the doubled split: 2 (a whole item; 1 with MVLLM_GEMV_HALF_ITEM=1).
+    static const int64_t lane_halves = env_int("MVLLM_GEMV_HALF_ITEM", 0) == 1 ? 1 : 2;
     int ks = 1;
-    while (ks < kGemvWarps && n_row_groups * ks < target_warps && 2 * n_items >= lane_items_x2 * 32 * 2 * ks) ks *= 2;
+    while (ks < kGemvWarps && n_row_groups * ks < target_warps && 2 * n_items >= lane_halves * 32 * (2 * ks)) ks *= 2;
     return ks;
 }
 
@@ -505,6 +506,19 @@ void gemv_float_dispatch(const TensorView& w, const TensorView& x, const float* 
 }
 
 }  // namespace
+
+int gemv_one_column_k_split(DType type, int64_t n_in, int64_t n_out, bool pair) {
+    auto split = [&]<DType T>() {
+        return pair ? gemv_qx_grid<T, 1, true>(n_in, n_out).ks : gemv_qx_grid<T, 1, false>(n_in, n_out).ks;
+    };
+    switch (type) {
+        case DType::Q4_0: return split.template operator()<DType::Q4_0>();
+        case DType::Q8_0: return split.template operator()<DType::Q8_0>();
+        case DType::Q4_K: return split.template operator()<DType::Q4_K>();
+        case DType::Q6_K: return split.template operator()<DType::Q6_K>();
+        default: MVLLM_CHECK(false) << "integer GEMV: weight type " << type_name(type); return 0;
+    }
+}
 
 void set_gemv_k_split(int ks) { g_k_split.store(ks == 1 || ks == 2 || ks == 4 ? ks : -1, std::memory_order_relaxed); }
 

@@ -73,6 +73,9 @@ void launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, con
                            const TensorView& out, cudaStream_t stream, bool batch_invariant = false);
 // Test hook: the register GEMV's K split (1, 2 or 4; anything else: back to its rule).
 void set_gemv_k_split(int ks);
+// The warps per row (K split) the register GEMV takes for one token column of a quantised W
+// [n_out][n_in] (pair: the gate/up SwiGLU form), by its rule or the hook above.
+int gemv_one_column_k_split(DType type, int64_t n_in, int64_t n_out, bool pair);
 // F32 / F16 / BF16 W against x (F32 or F16, n_tokens = x.ne[1], sliced likewise); out F32.
 void launch_gemv_float(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,
                        GemvEpilogue epilogue, cudaStream_t stream);
