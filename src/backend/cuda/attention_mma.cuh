@@ -197,9 +197,7 @@ struct Timeline {
     uint64_t ns[kTimelineMarks] = {}, clk[kTimelineMarks] = {};
     __device__ __forceinline__ void mark(int i) {
         if (threadIdx.x != 0) return;
-        uint64_t t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        ns[i] = t;
+        ns[i] = global_ns();
         clk[i] = clock64();
     }
     __device__ __forceinline__ void flush(const void* kc) {

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 #include <utility>
-#include <vector>
+#include <vector>  // the step timeline's host readers
 
 #include "core/status.h"
 #include "core/types.h"
@@ -129,6 +129,12 @@ __device__ __forceinline__ void pdl_trigger() {
 // its translation unit; step_timeline_dump (ops.cuh) merges the rings into a CSV for
 // scripts/step_timeline.py. The ring's slot is taken before the wait, so only a CTA that arrives
 // after its kernel's release pays the atomic's round trip.
+// %globaltimer in ns (the step timeline's and the decode attention's timeline stamps).
+__device__ __forceinline__ uint64_t global_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 #ifdef MVLLM_STEP_TIMELINE
 struct StepTimelineRecord {
     uint32_t file, line, grid, block, sm, unused;
@@ -164,11 +170,6 @@ __device__ __forceinline__ uint32_t step_timeline_file(const char* path) {
     uint32_t h = 2166136261u;
     for (const char* c = base; *c; ++c) h = (h ^ static_cast<uint8_t>(*c)) * 16777619u;
     return h;
-}
-__device__ __forceinline__ uint64_t global_ns() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
 }
 #define MVLLM_PDL_SITE unsigned site_line = __builtin_LINE(), const char* site_file = __builtin_FILE()
 #define MVLLM_PDL_SITE_ARGS site_line, site_file
