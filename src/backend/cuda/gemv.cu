@@ -66,13 +66,12 @@ __device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxVi
 // How a GEMV's CTAs meet the other CTAs of its launch (the fused FFN below); by default they do not.
 // cta(): the CTA's row group index; after_wait(): once, right after the PDL wait; before_dot(j):
 // before a lane dots the items of its j-th step (items 32 ks j .. 32 ks (j + 1) - 1 of every row of
-// the CTA); stored(row0, rows): by every thread of a one-part (ks == 1) SwiGLU CTA once its
-// writer lanes have stored rows row0 .. row0 + rows - 1.
+// the CTA); stored(o): after a writer lane stored row o of the SwiGLU output.
 struct NoFlow {
     __device__ __forceinline__ int64_t cta() const { return blockIdx.x; }
     __device__ __forceinline__ void after_wait() const {}
     __device__ __forceinline__ void before_dot(int64_t) const {}
-    __device__ __forceinline__ void stored(int64_t, int) const {}
+    __device__ __forceinline__ void stored(int64_t) const {}
 };
 
 // Reads: R rows of w (and of w2 when kPair) from row (flow.cta() * (kGemvWarps / ks) + warp / ks) * R,
@@ -228,6 +227,7 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                 if (lane == ((r * NT + t) & 31) && o < n_out && t < n_tokens) {
                     if (kPair) {
                         store_any(out, out_type, t * n_out + o, v);
+                        flow.stored(o);
                     } else {
                         float* dst = static_cast<float*>(out) + t * n_out + o;
                         if (bias) v += bias[o];
@@ -237,7 +237,6 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                 }
             }
         }
-        if constexpr (kPair) flow.stored(flow.cta() * kGemvWarps * R, kGemvWarps * R);
     }
 }
 
@@ -307,11 +306,7 @@ struct FfnProducerFlow {
     __device__ __forceinline__ int64_t cta() const { return index; }
     __device__ __forceinline__ void after_wait() const {}
     __device__ __forceinline__ void before_dot(int64_t) const {}
-    // One release per CTA, after a barrier that orders every writer lane's store before it.
-    __device__ __forceinline__ void stored(int64_t row0, int rows) const {
-        __syncthreads();
-        if (threadIdx.x == 0) red_add_release(block_rows + row0 / 32 * kFfnBlockStride, rows);
-    }
+    __device__ __forceinline__ void stored(int64_t o) const { red_add_release(block_rows + o / 32 * kFfnBlockStride, 1); }
 };
 
 __device__ __forceinline__ float load_stored(const void* p, DType t, int64_t i) {
@@ -347,7 +342,7 @@ struct FfnConsumerFlow {
         const int32_t want = min(static_cast<int64_t>(sync.chunk_blocks), sync.n_blocks - j * sync.chunk_blocks);
         wait_count(sync.ready + (index % sync.copies) * sync.copy_stride + j, want, sync.sleep_ns);
     }
-    __device__ __forceinline__ void stored(int64_t, int) const {}
+    __device__ __forceinline__ void stored(int64_t) const {}
 };
 
 struct FfnArgs {
@@ -712,7 +707,6 @@ size_t ffn_sync_bytes(int64_t n_ff) {
 
 bool ffn_b1_supported(DType gate_up_type, DType down_type, int64_t n_embd, int64_t n_ff) {
     if (gate_up_type != DType::Q4_0 || down_type != DType::Q4_0 || n_ff % 256 != 0 || n_embd % 32 != 0) return false;
-    if (ffn_plan(n_embd, n_ff).up.ks != 1) return false;  // a CTA's rows: whole warps, one release
     if (gemv_stream_mode() == 2) return false;  // every one-column GEMV streams (measurements)
     return ffn_plan(n_embd, n_ff).down.grid < ffn_resident_ctas();
 }
@@ -735,7 +729,7 @@ void launch_ffn_b1(const TensorView& w_gate, const TensorView& w_up, const Tenso
     const QuantMatrix down = quant_matrix<DType::Q4_0>(w_down.data, n_ff, n_embd);
     a.down = {down, down, hidden_qx, nullptr, acc.data, DType::F32, n_embd, 1, 1, p.down.ks, early, {}};
     // MVLLM_FFN_COPIES (1..32) and MVLLM_FFN_SLEEP_NS: the polls' spread and pace (measurements).
-    static const int copies = std::clamp(env_int("MVLLM_FFN_COPIES", 1), 1, kFfnReadyCopies);
+    static const int copies = std::clamp(env_int("MVLLM_FFN_COPIES", kFfnReadyCopies), 1, kFfnReadyCopies);
     static const int sleep_ns = std::clamp(env_int("MVLLM_FFN_SLEEP_NS", 128), 0, 100000);
     auto* words = static_cast<int32_t*>(sync);
     const int64_t stride = ffn_copy_stride(n_ff);
