@@ -117,12 +117,6 @@ __device__ __forceinline__ int32_t atomic_add_acq_rel(int32_t* p, int32_t v) {
 __device__ __forceinline__ void red_add_release(int32_t* p, int32_t v) {
     asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-// *p at GPU scope without ordering (a poll; acquire once it shows what the poller waits for).
-__device__ __forceinline__ int32_t load_relaxed(const int32_t* p) {
-    int32_t v;
-    asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 // *p, acquiring what the writers released before their counts.
 __device__ __forceinline__ int32_t load_acquire(const int32_t* p) {
     int32_t v;

@@ -284,21 +284,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kRope ? 6 : 7) gemv_q4_0_b1_k
 // placed in, as long as all down CTAs fit on the device at once with a slot to spare
 // (ffn_b1_supported checks it). The last down CTA to finish zeroes `ready`; each quantising warp
 // zeroes its block's count; the counters are zero between launches.
-// Each block's count has a 32-byte sector of its own and each copy of the chunk counts a 256-byte
-// stretch, so that the polls spread over L2 lines (and slices) instead of queueing on one.
-constexpr int kFfnBlockStride = 8, kFfnCopyStride = 64;  // in counters
 struct FfnSyncArgs {
-    int32_t* block_rows;  // [n_blocks][kFfnBlockStride]
-    int32_t* ready;       // [copies][copy_stride]
+    int32_t* block_rows;  // [n_blocks]
+    int32_t* ready;       // [kFfnReadyCopies][n_chunks]
     int32_t* done;        // down CTAs finished
-    int n_blocks, chunk_blocks, n_chunks, copies, copy_stride, sleep_ns;
+    int n_blocks, chunk_blocks, n_chunks;
 };
-
-// Waits until *c >= want: relaxed polls with a sleep between them, then one acquire.
-__device__ __forceinline__ void wait_count(const int32_t* c, int32_t want, int sleep_ns) {
-    while (load_relaxed(c) < want) __nanosleep(sleep_ns);
-    (void)load_acquire(c);
-}
 
 struct FfnProducerFlow {
     int64_t index;
@@ -306,7 +297,7 @@ struct FfnProducerFlow {
     __device__ __forceinline__ int64_t cta() const { return index; }
     __device__ __forceinline__ void after_wait() const {}
     __device__ __forceinline__ void before_dot(int64_t) const {}
-    __device__ __forceinline__ void stored(int64_t o) const { red_add_release(block_rows + o / 32 * kFfnBlockStride, 1); }
+    __device__ __forceinline__ void stored(int64_t o) const { red_add_release(block_rows + o / 32, 1); }
 };
 
 __device__ __forceinline__ float load_stored(const void* p, DType t, int64_t i) {
@@ -328,19 +319,19 @@ struct FfnConsumerFlow {
         if (threadIdx.x >= 32) return;
         const int lane = threadIdx.x;
         for (int64_t b = index; b < sync.n_blocks; b += n_down) {
-            int32_t* rows = sync.block_rows + b * kFfnBlockStride;
-            wait_count(rows, 32, sync.sleep_ns);
+            while (load_acquire(sync.block_rows + b) < 32) __nanosleep(64);
             __syncwarp();
             write_qx_block(qx, b, lane, load_stored(hidden, hidden_type, b * 32 + lane));
-            if (lane == 0) *rows = 0;
+            if (lane == 0) sync.block_rows[b] = 0;
             __threadfence();
             __syncwarp();
-            if (lane < sync.copies) red_add_release(sync.ready + lane * sync.copy_stride + b / sync.chunk_blocks, 1);
+            if (lane < kFfnReadyCopies) red_add_release(sync.ready + lane * sync.n_chunks + b / sync.chunk_blocks, 1);
         }
     }
     __device__ __forceinline__ void before_dot(int64_t j) const {
         const int32_t want = min(static_cast<int64_t>(sync.chunk_blocks), sync.n_blocks - j * sync.chunk_blocks);
-        wait_count(sync.ready + (index % sync.copies) * sync.copy_stride + j, want, sync.sleep_ns);
+        const int32_t* c = sync.ready + (index % kFfnReadyCopies) * sync.n_chunks + j;
+        while (load_acquire(c) < want) __nanosleep(32);
     }
     __device__ __forceinline__ void stored(int64_t) const {}
 };
@@ -360,8 +351,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 7) ffn_q4_0_b1_kernel(FfnArgs
     gemv_qx<DType::Q4_0, 1, false>(a.down, FfnConsumerFlow{d, a.n_down, a.sync, a.down.x, a.up.out, a.up.out_type});
     __syncthreads();
     if (threadIdx.x == 0 && atomic_add_acq_rel(a.sync.done, 1) == a.n_down - 1) {
-        for (int c = 0; c < a.sync.copies; ++c)
-            for (int j = 0; j < a.sync.n_chunks; ++j) a.sync.ready[c * a.sync.copy_stride + j] = 0;
+        for (int i = 0; i < kFfnReadyCopies * a.sync.n_chunks; ++i) a.sync.ready[i] = 0;
         *a.sync.done = 0;
     }
 }
@@ -698,11 +688,9 @@ void launch_gemv_float(const TensorView& w, const TensorView& x, const TensorVie
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
-// The counters' layout: block counts, the chunk counts' copies, the finished count.
-int64_t ffn_copy_stride(int64_t n_ff) { return ceil_div(n_ff / 32 / 32 + 1, kFfnCopyStride) * kFfnCopyStride; }
 size_t ffn_sync_bytes(int64_t n_ff) {
     const int64_t n_blocks = n_ff / 32;
-    return static_cast<size_t>(n_blocks * kFfnBlockStride + kFfnReadyCopies * ffn_copy_stride(n_ff) + 1) * sizeof(int32_t);
+    return static_cast<size_t>(n_blocks + kFfnReadyCopies * (n_blocks + 1) + 1) * sizeof(int32_t);
 }
 
 bool ffn_b1_supported(DType gate_up_type, DType down_type, int64_t n_embd, int64_t n_ff) {
@@ -728,14 +716,9 @@ void launch_ffn_b1(const TensorView& w_gate, const TensorView& w_up, const Tenso
             qx, nullptr, hidden.data, hidden.type, n_ff, 1, 0, p.up.ks, early, {}};
     const QuantMatrix down = quant_matrix<DType::Q4_0>(w_down.data, n_ff, n_embd);
     a.down = {down, down, hidden_qx, nullptr, acc.data, DType::F32, n_embd, 1, 1, p.down.ks, early, {}};
-    // MVLLM_FFN_COPIES (1..32) and MVLLM_FFN_SLEEP_NS: the polls' spread and pace (measurements).
-    static const int copies = std::clamp(env_int("MVLLM_FFN_COPIES", kFfnReadyCopies), 1, kFfnReadyCopies);
-    static const int sleep_ns = std::clamp(env_int("MVLLM_FFN_SLEEP_NS", 128), 0, 100000);
     auto* words = static_cast<int32_t*>(sync);
-    const int64_t stride = ffn_copy_stride(n_ff);
-    int32_t* ready = words + p.n_blocks * kFfnBlockStride;
-    a.sync = {words, ready, ready + kFfnReadyCopies * stride, p.n_blocks, p.chunk_blocks, p.n_chunks,
-              copies, static_cast<int>(stride), sleep_ns};
+    a.sync = {words, words + p.n_blocks, words + p.n_blocks + kFfnReadyCopies * p.n_chunks, p.n_blocks, p.chunk_blocks,
+              p.n_chunks};
     a.n_up = static_cast<int>(p.up.grid);
     a.n_down = static_cast<int>(p.down.grid);
     launch_pdl(ffn_q4_0_b1_kernel, p.up.grid + p.down.grid, kGemvWarps * 32, 0, stream, a);

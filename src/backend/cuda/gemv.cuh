@@ -77,7 +77,7 @@ void launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, con
 // Q4_0 weights, n_ff % 256 == 0, and the down projection's CTAs must fit on the device at once
 // (ffn_b1_supported). sync: ffn_sync_bytes(n_ff) of device memory, zero before the first launch
 // (each launch leaves it zero); one launch at a time per buffer.
-constexpr int kFfnReadyCopies = 32;  // copies of the chunk counts (polls spread over them)
+constexpr int kFfnReadyCopies = 16;
 size_t ffn_sync_bytes(int64_t n_ff);
 bool ffn_b1_supported(DType gate_up_type, DType down_type, int64_t n_embd, int64_t n_ff);
 void launch_ffn_b1(const TensorView& w_gate, const TensorView& w_up, const TensorView& w_down, const QxView& qx,
