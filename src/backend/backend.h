@@ -105,15 +105,6 @@ public:
         matmul(w_up, x, TensorView{}, up);
         silu_mul(gate, up, out);
     }
-    // The SwiGLU feed-forward block with its residual add: hidden = silu(W_gate x) * (W_up x), then
-    // acc += W_down hidden. A backend may run it as one kernel (and must still leave hidden).
-    // scratch: as matmul_swiglu's, and [n_rows][n_embd] f32 for matmul_add's default.
-    virtual void swiglu_ffn(const TensorView& w_gate, const TensorView& w_up, const TensorView& w_down,
-                            const TensorView& x, const TensorView& hidden, const TensorView& acc,
-                            const TensorView& scratch, const TensorView& proj) {
-        matmul_swiglu(w_gate, w_up, x, hidden, scratch);
-        matmul_add(w_down, hidden, acc, proj);
-    }
     // True when the backend wants Q, K and V as one matrix (rows q, then k, then v; the q and k
     // rows of each head in RoPE pairs: row 2i is dim i, row 2i + 1 dim i + head_dim / 2) followed
     // by rope_kv_store instead of three matmuls, two RoPEs and kv_store.

@@ -220,7 +220,8 @@ TensorView Decoder::run(const Batch& batch, KvCache& cache) {
             be.matmul_add(w.wo, attn, x, proj);
 
             be.rms_norm(x, w.ffn_norm, c.rms_norm_eps, xn);
-            be.swiglu_ffn(w.w_gate, w.w_up, w.w_down, xn, hidden, x, gate_up, proj);
+            be.matmul_swiglu(w.w_gate, w.w_up, xn, hidden, gate_up);
+            be.matmul_add(w.w_down, hidden, x, proj);
         }
         if (n_logits > 0) {
             be.gather_logit_rows(x, last);

@@ -230,60 +230,6 @@ TEST(CudaOps, StreamingGemvEqualsRegisterGemv) {
     cuda::set_gemv_k_split(0);
 }
 
-// The fused FFN of one token (gate/up + SwiGLU, the QX of its output and the down projection with
-// the residual add in one launch, whose down CTAs start on K-chunks as the gate/up CTAs publish
-// them) gives the bits of the three kernels in turn: the stored SwiGLU output and the residual, for
-// the 0.5B and 7B shapes (608 + 224 and 2,368 + 896 CTAs), a small one, and F32 / F16 outputs;
-// three launches in a row give the same bits (the counters are left zero for the next launch).
-TEST(CudaOps, FusedFfnEqualsSwigluThenDown) {
-    MVLLM_REQUIRE_GPU();
-    auto be = make_cuda();
-    ASSERT_TRUE(be);
-    uint64_t seed = 1200;
-    for (const Shape& sh : {Shape{896, 4864}, Shape{3584, 18944}, Shape{256, 768}}) {
-        const int64_t n_embd = sh.n_in, n_ff = sh.n_out;
-        ASSERT_TRUE(cuda::ffn_b1_supported(DType::Q4_0, DType::Q4_0, n_embd, n_ff)) << n_embd << "x" << n_ff;
-        std::vector<uint8_t> gb = random_blocks(DType::Q4_0, n_embd, n_ff, seed++);
-        std::vector<uint8_t> ub = random_blocks(DType::Q4_0, n_embd, n_ff, seed++);
-        std::vector<uint8_t> db = random_blocks(DType::Q4_0, n_ff, n_embd, seed++);
-        auto g = be->upload_weight(host_view(DType::Q4_0, n_embd, n_ff, gb.data()));
-        auto u = be->upload_weight(host_view(DType::Q4_0, n_embd, n_ff, ub.data()));
-        auto d = be->upload_weight(host_view(DType::Q4_0, n_ff, n_embd, db.data()));
-        ASSERT_TRUE(g.is_ok() && u.is_ok() && d.is_ok());
-        const std::vector<float> xv = random_floats(static_cast<size_t>(n_embd), seed++);
-        const std::vector<float> acc0 = random_floats(static_cast<size_t>(n_embd), seed++);
-        for (DType hidden_type : {DType::F32, DType::F16}) {
-            SCOPED_TRACE(std::to_string(n_embd) + "x" + std::to_string(n_ff) + " hidden " + type_name(hidden_type));
-            // fused: swiglu_ffn (the one-launch form for one Q4_0 token); else the two ops.
-            auto run = [&](bool fused, std::vector<float>* acc, std::vector<uint8_t>* hidden) {
-                TensorView x = begin_with_input(*be, xv, n_embd, 1);
-                TensorView a = be->alloc(DType::F32, n_embd, 1), h = be->alloc(hidden_type, n_ff, 1);
-                TensorView gu = be->alloc(DType::F32, 2 * n_ff, 1), proj = be->alloc(DType::F32, n_embd, 1);
-                be->upload(acc0.data(), a);
-                if (fused) {
-                    be->swiglu_ffn(*g, *u, *d, x, h, a, gu, proj);
-                } else {
-                    be->matmul_swiglu(*g, *u, x, h, gu);
-                    be->matmul_add(*d, h, a, proj);
-                }
-                acc->resize(static_cast<size_t>(n_embd));
-                be->to_host(a, acc->data());
-                hidden->resize(h.n_bytes());
-                be->download(h, hidden->data());
-            };
-            std::vector<float> ref_acc, got_acc;
-            std::vector<uint8_t> ref_h, got_h;
-            run(false, &ref_acc, &ref_h);
-            for (int rep = 0; rep < 3; ++rep) {
-                run(true, &got_acc, &got_h);
-                EXPECT_TRUE(got_h == ref_h) << "hidden, launch " << rep;
-                EXPECT_TRUE(same_bits(got_acc, ref_acc)) << "residual, launch " << rep << ", max rel. error "
-                                                          << rel_max_error(got_acc, ref_acc);
-            }
-        }
-    }
-}
-
 // The register GEMV's K split for one token column (host only, no GPU): the fewest warps per row
 // that bring a launch to ~2,048 warps while each lane keeps a whole item (32 values): the 7B O
 // projection 2 (112 items per row: 4 would leave lanes without one), its down projection 4, QKV 2,

@@ -240,6 +240,12 @@ struct Timeline {
 // row in the bucket's lower half leaves half of them idle.
 constexpr int kEarlyTiles = 1, kChunkedMerge = 2, kRowSplits = 4, kScFence = 8, kMergeGroup8Flag = 16;
 
+// atomicAdd with acquire-release semantics at GPU scope.
+__device__ __forceinline__ int32_t atomic_add_acq_rel(int32_t* p, int32_t v) {
+    int32_t old;
+    asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
 template <int HD, typename KT, int W, bool Tma>
 __global__ void __launch_bounds__(W * 32, 8 / W)
     decode_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv,

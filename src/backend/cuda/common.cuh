@@ -106,24 +106,6 @@ __device__ __forceinline__ float rms_scale(const XT* x, int64_t base, int64_t wi
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// ---- Counters shared by the CTAs of one launch (GPU scope) -----------------------------------------
-// atomicAdd with acquire-release semantics.
-__device__ __forceinline__ int32_t atomic_add_acq_rel(int32_t* p, int32_t v) {
-    int32_t old;
-    asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-    return old;
-}
-// *p += v, releasing the thread's earlier writes (no result: the thread does not wait for it).
-__device__ __forceinline__ void red_add_release(int32_t* p, int32_t v) {
-    asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-// *p, acquiring what the writers released before their counts.
-__device__ __forceinline__ int32_t load_acquire(const int32_t* p) {
-    int32_t v;
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
 // ---- Programmatic dependent launch (PDL) ----------------------------------------------------------
 // A kernel launched with launch_pdl may be scheduled while the kernel before it on the stream is
 // still running: its CTAs become resident and wait in pdl_wait() until that kernel has finished and

@@ -402,27 +402,6 @@ void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up
     cuda::launch_silu_mul_stacked(gate_up, out, im.stream);
 }
 
-void CudaBackend::swiglu_ffn(const TensorView& w_gate, const TensorView& w_up, const TensorView& w_down,
-                             const TensorView& x, const TensorView& hidden, const TensorView& acc,
-                             const TensorView& scratch, const TensorView& proj) {
-    Impl& im = *impl_;
-    // MVLLM_FFN_FUSED=0: the three kernels (A/B measurements).
-    static const bool fused_on = cuda::env_on("MVLLM_FFN_FUSED");
-    cuda::QxView storage;
-    const cuda::QxView* qx = nullptr;
-    if (fused_on && x.ne[1] == 1 && !im.options.batch_invariant && w_up.type == w_gate.type && w_up.ne == w_gate.ne &&
-        cuda::ffn_b1_supported(w_gate.type, w_down.type, w_gate.ne[0], w_gate.ne[1]) &&
-        (qx = im.qx_for(w_gate, x, &storage)) != nullptr) {
-        cuda::QxView hidden_qx;
-        void* sync = cuda::ensure_ffn(im.matmul_scratch, w_gate.ne[1], &hidden_qx);
-        im.wrote(hidden);
-        im.wrote(acc);
-        cuda::launch_ffn_b1(w_gate, w_up, w_down, *qx, hidden, hidden_qx, acc, sync, im.stream);
-        return;
-    }
-    Backend::swiglu_ffn(w_gate, w_up, w_down, x, hidden, acc, scratch, proj);
-}
-
 void CudaBackend::rope(const TensorView& x, int32_t n_heads, const RopeParams& rope) {
     Impl& im = *impl_;
     im.wrote(x);

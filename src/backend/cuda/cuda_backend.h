@@ -76,11 +76,6 @@ public:
     void matmul_add(const TensorView& w, const TensorView& x, const TensorView& acc, const TensorView& scratch) override;
     void matmul_swiglu(const TensorView& w_gate, const TensorView& w_up, const TensorView& x, const TensorView& out,
                        const TensorView& scratch) override;
-    // One token on Q4_0 weights: gate/up, SwiGLU, the down projection and the residual add in one
-    // kernel (gemv.cuh, launch_ffn_b1); otherwise matmul_swiglu and matmul_add.
-    void swiglu_ffn(const TensorView& w_gate, const TensorView& w_up, const TensorView& w_down, const TensorView& x,
-                    const TensorView& hidden, const TensorView& acc, const TensorView& scratch,
-                    const TensorView& proj) override;
     bool fuses_qkv() const override { return true; }
     void rope_kv_store(const TensorView& qkv, const TensorView& bias, int32_t n_heads, int32_t n_kv_heads,
                        const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) override;

@@ -29,8 +29,8 @@ std::string cuda_memory_report();
 
 // What recorded kernels point at besides weights and the cache (scratch buffers grow by
 // reallocation): the arena generation and the scratch pointers.
-using StepResources = std::tuple<uint64_t, const void*, const void*, const void*, const void*, const void*,
-                                 const void*, const void*, const void*>;
+using StepResources =
+    std::tuple<uint64_t, const void*, const void*, const void*, const void*, const void*, const void*, const void*>;
 
 // A recorded decode step: its graph and the fixed device buffer its kernels read the step's
 // inputs from.
@@ -157,7 +157,7 @@ struct CudaBackend::Impl {
     const cuda::QxView* qx_for(const TensorView& w, const TensorView& x, cuda::QxView* storage);
     StepResources resources() const {
         return {arena_generation, attention_scratch.partial, attention_scratch.counters, matmul_scratch.qx,
-                matmul_scratch.input, matmul_scratch.weight, matmul_scratch.partial, inv_freq, matmul_scratch.ffn};
+                matmul_scratch.input, matmul_scratch.weight, matmul_scratch.partial, inv_freq};
     }
 };
 

@@ -63,35 +63,24 @@ __device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxVi
     }
 }
 
-// How a GEMV's CTAs meet the other CTAs of its launch (the fused FFN below); by default they do not.
-// cta(): the CTA's row group index; after_wait(): once, right after the PDL wait; before_dot(j):
-// before a lane dots the items of its j-th step (items 32 ks j .. 32 ks (j + 1) - 1 of every row of
-// the CTA); stored(o): after a writer lane stored row o of the SwiGLU output.
-struct NoFlow {
-    __device__ __forceinline__ int64_t cta() const { return blockIdx.x; }
-    __device__ __forceinline__ void after_wait() const {}
-    __device__ __forceinline__ void before_dot(int64_t) const {}
-    __device__ __forceinline__ void stored(int64_t) const {}
-};
-
-// Reads: R rows of w (and of w2 when kPair) from row (flow.cta() * (kGemvWarps / ks) + warp / ks) * R,
+// Reads: R rows of w (and of w2 when kPair) from row (blockIdx.x * (kGemvWarps / ks) + warp / ks) * R,
 // the n_tokens <= NT QX rows of x, bias. Writes: out [n_tokens][n_out] (F32; kPair: out_type).
 // Launch: grid ceil(n_out / (kGemvWarps / ks * R)), kGemvWarps * 32 threads, ks in {1, 2, 4}.
 // The ks warps of a row group split its items: lane l of K-part k takes items 32 k + l,
 // 32 (k + ks) + l, ...; each weight byte is loaded once and dotted with every column. The parts
 // are summed in a fixed order (warp sums, then part 0 + 1 + ...), so a column's result depends
 // neither on the other columns nor on which CTA ran it.
-template <DType T, int NT, bool kPair, bool kRope = false, class Flow = NoFlow>
+template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix& w2, const QxView& x, const float* bias,
                                         void* out, DType out_type, int64_t n_out, int n_tokens, int accumulate, int ks,
-                                        int early, const QkvRopeOut& rope, const Flow& flow = Flow{}) {
+                                        int early, const QkvRopeOut& rope) {
     using I = Item<T>;
     constexpr int R = rows_per_warp<T, NT, kPair>();
     constexpr int NS = kPair ? 2 : 1;
     __shared__ float partial[kGemvWarps][NS * R * NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int part = warp % ks;
-    const int64_t row0 = (flow.cta() * (kGemvWarps / ks) + warp / ks) * R;
+    const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kGemvWarps / ks) + warp / ks) * R;
     // No early exit (the parts meet at a barrier): rows past the end repeat the last row, unwritten.
     int64_t rows[R];
 #pragma unroll
@@ -139,13 +128,9 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
             if (it0 + u * stride < n_items) load_items(first[u], w, w2, rows, it0 + u * stride);
         rotation();
         pdl_wait();
-        flow.after_wait();
 #pragma unroll
         for (int u = 0; u < kFirst; ++u)
-            if (it0 + u * stride < n_items) {
-                flow.before_dot(u);
-                dot_items(first[u], x, n_tokens, it0 + u * stride, acc);
-            }
+            if (it0 + u * stride < n_items) dot_items(first[u], x, n_tokens, it0 + u * stride, acc);
     } else {
         if (it0 < n_items)
 #pragma unroll
@@ -154,7 +139,6 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                 for (int r = 0; r < R; ++r) I::prefetch(s ? w2 : w, rows[r], it0);
         rotation();
         pdl_wait();
-        flow.after_wait();
     }
     // Accumulate: the writer lane's current out value (the residual) loads now, beside the first
     // activation loads, instead of after the dot products (one dependent round trip less at the
@@ -169,7 +153,6 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
     for (int64_t it = it0 + kFirst * stride; it < n_items; it += stride) {
         I wv[NS][R];
         load_items(wv, w, w2, rows, it);
-        flow.before_dot((it - it0) / stride);
         dot_items(wv, x, n_tokens, it, acc);
     }
 #pragma unroll
@@ -227,7 +210,6 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                 if (lane == ((r * NT + t) & 31) && o < n_out && t < n_tokens) {
                     if (kPair) {
                         store_any(out, out_type, t * n_out + o, v);
-                        flow.stored(o);
                     } else {
                         float* dst = static_cast<float*>(out) + t * n_out + o;
                         if (bias) v += bias[o];
@@ -251,10 +233,10 @@ struct GemvQxArgs {
     int n_tokens, accumulate, ks, early;  // early: kEarly*Flag bits
     QkvRopeOut rope;  // kRope: where the fused QKV rows go
 };
-template <DType T, int NT, bool kPair, bool kRope = false, class Flow = NoFlow>
-__device__ __forceinline__ void gemv_qx(const GemvQxArgs& a, const Flow& flow = Flow{}) {
-    gemv_qx<T, NT, kPair, kRope, Flow>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate,
-                                       a.ks, a.early, a.rope, flow);
+template <DType T, int NT, bool kPair, bool kRope = false>
+__device__ __forceinline__ void gemv_qx(const GemvQxArgs& a) {
+    gemv_qx<T, NT, kPair, kRope>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate, a.ks,
+                                 a.early, a.rope);
 }
 template <DType T, int NT, bool kPair, bool kRope = false>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) { gemv_qx<T, NT, kPair, kRope>(a); }
@@ -266,94 +248,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) 
 template <bool kPair, bool kRope = false>
 __global__ void __launch_bounds__(kGemvWarps * 32, kRope ? 6 : 7) gemv_q4_0_b1_kernel(GemvQxArgs a) {
     gemv_qx<DType::Q4_0, 1, kPair, kRope>(a);
-}
-
-// ---- The fused FFN of one token: gate/up + SwiGLU and the down projection in one launch ----------
-// CTAs [0, n_up) are the SwiGLU GEMV's, [n_up, n_up + n_down) the down GEMV's (with the residual
-// add). The down CTAs wait on counters instead of the kernel boundary, so their dot products start
-// on the first K-chunks of the SwiGLU output while the gate/up CTAs still stream the last rows:
-// - every stored SwiGLU row counts toward its 32-row QX block (block_rows);
-// - down CTA d quantises blocks d, d + n_down, ... once all their rows are counted (the same bits
-//   as launch_quantize_qx on the stored rows), then counts the block toward its K-chunk in every
-//   copy of `ready` (one copy per group of polling CTAs, so that the polls spread over addresses);
-// - a down CTA's j-th step (items 32 ks j ..) waits until its chunk's blocks are all counted.
-// The down CTAs' sums are the down GEMV's, in the same order: the result has the bits of the
-// SwiGLU GEMV, launch_quantize_qx and the down GEMV in turn.
-// Progress: gate/up CTAs wait on nothing; a down CTA waits only on gate/up CTAs and on down CTAs'
-// quantisation, which needs only gate/up CTAs. So the launch finishes whatever order the CTAs are
-// placed in, as long as all down CTAs fit on the device at once with a slot to spare
-// (ffn_b1_supported checks it). The last down CTA to finish zeroes `ready`; each quantising warp
-// zeroes its block's count; the counters are zero between launches.
-struct FfnSyncArgs {
-    int32_t* block_rows;  // [n_blocks]
-    int32_t* ready;       // [kFfnReadyCopies][n_chunks]
-    int32_t* done;        // down CTAs finished
-    int n_blocks, chunk_blocks, n_chunks;
-};
-
-struct FfnProducerFlow {
-    int64_t index;
-    int32_t* block_rows;
-    __device__ __forceinline__ int64_t cta() const { return index; }
-    __device__ __forceinline__ void after_wait() const {}
-    __device__ __forceinline__ void before_dot(int64_t) const {}
-    __device__ __forceinline__ void stored(int64_t o) const { red_add_release(block_rows + o / 32, 1); }
-};
-
-__device__ __forceinline__ float load_stored(const void* p, DType t, int64_t i) {
-    if (t == DType::F32) return __ldcg(static_cast<const float*>(p) + i);
-    if (t == DType::F16) return __half2float(__ldcg(static_cast<const __half*>(p) + i));
-    return __bfloat162float(__ldcg(static_cast<const __nv_bfloat16*>(p) + i));
-}
-
-struct FfnConsumerFlow {
-    int64_t index;
-    int n_down;
-    FfnSyncArgs sync;
-    QxView qx;             // the SwiGLU output's QX, which this launch writes
-    const void* hidden;    // the SwiGLU output as stored
-    DType hidden_type;
-    __device__ __forceinline__ int64_t cta() const { return index; }
-    // Warp 0 quantises this CTA's share of the blocks (the first weights are in flight by now).
-    __device__ __forceinline__ void after_wait() const {
-        if (threadIdx.x >= 32) return;
-        const int lane = threadIdx.x;
-        for (int64_t b = index; b < sync.n_blocks; b += n_down) {
-            while (load_acquire(sync.block_rows + b) < 32) __nanosleep(64);
-            __syncwarp();
-            write_qx_block(qx, b, lane, load_stored(hidden, hidden_type, b * 32 + lane));
-            if (lane == 0) sync.block_rows[b] = 0;
-            __threadfence();
-            __syncwarp();
-            if (lane < kFfnReadyCopies) red_add_release(sync.ready + lane * sync.n_chunks + b / sync.chunk_blocks, 1);
-        }
-    }
-    __device__ __forceinline__ void before_dot(int64_t j) const {
-        const int32_t want = min(static_cast<int64_t>(sync.chunk_blocks), sync.n_blocks - j * sync.chunk_blocks);
-        const int32_t* c = sync.ready + (index % kFfnReadyCopies) * sync.n_chunks + j;
-        while (load_acquire(c) < want) __nanosleep(32);
-    }
-    __device__ __forceinline__ void stored(int64_t) const {}
-};
-
-struct FfnArgs {
-    GemvQxArgs up, down;  // up: gate (w) and up (w2) into the stored SwiGLU output; down: its QX into the residual
-    FfnSyncArgs sync;
-    int n_up, n_down;
-};
-
-__global__ void __launch_bounds__(kGemvWarps * 32, 7) ffn_q4_0_b1_kernel(FfnArgs a) {
-    if (blockIdx.x < a.n_up) {
-        gemv_qx<DType::Q4_0, 1, true>(a.up, FfnProducerFlow{blockIdx.x, a.sync.block_rows});
-        return;
-    }
-    const int64_t d = blockIdx.x - a.n_up;
-    gemv_qx<DType::Q4_0, 1, false>(a.down, FfnConsumerFlow{d, a.n_down, a.sync, a.down.x, a.up.out, a.up.out_type});
-    __syncthreads();
-    if (threadIdx.x == 0 && atomic_add_acq_rel(a.sync.done, 1) == a.n_down - 1) {
-        for (int i = 0; i < kFfnReadyCopies * a.sync.n_chunks; ++i) a.sync.ready[i] = 0;
-        *a.sync.done = 0;
-    }
 }
 
 // 16 bytes of a float weight row as f32 values (4 for F32, 8 for F16 / BF16).
@@ -524,33 +418,6 @@ void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, 
         launch_pdl(gemv_qx_kernel<T, NT, kPair, kRope>, grid, kGemvWarps * 32, 0, stream, args);
 }
 
-// The fused FFN's launch for these shapes: grids, K splits and the counters' layout.
-struct FfnPlan {
-    GemvGrid up, down;
-    int n_blocks, chunk_blocks, n_chunks;
-};
-FfnPlan ffn_plan(int64_t n_embd, int64_t n_ff) {
-    FfnPlan p;
-    p.up = gemv_qx_grid<DType::Q4_0, 1, true>(n_embd, n_ff);
-    p.down = gemv_qx_grid<DType::Q4_0, 1, false>(n_ff, n_embd);
-    p.n_blocks = static_cast<int>(n_ff / 32);
-    p.chunk_blocks = 32 * p.down.ks;  // one step of a down CTA: 32 items per K part
-    p.n_chunks = static_cast<int>(ceil_div(p.n_blocks, p.chunk_blocks));
-    return p;
-}
-
-// CTAs of the fused FFN kernel the device holds at once.
-int64_t ffn_resident_ctas() {
-    static const int64_t n = [] {
-        int dev = 0, sms = 0, per_sm = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ffn_q4_0_b1_kernel, kGemvWarps * 32, 0);
-        return static_cast<int64_t>(sms) * per_sm;
-    }();
-    return n;
-}
-
 // The fused QKV projection with RoPE and the K/V store in the epilogue, up to kQkvRopeMaxRows rows
 // (where every weight type's warp holds an even number of rows: whole RoPE pairs).
 constexpr int64_t kQkvRopeMaxRows = 4;
@@ -685,43 +552,6 @@ void launch_gemv_float(const TensorView& w, const TensorView& x, const TensorVie
     if (x.type == DType::F32) gemv_float_dispatch<float>(w, x, b, o, acc, stream);
     else if (x.type == DType::F16) gemv_float_dispatch<__half>(w, x, b, o, acc, stream);
     else MVLLM_CHECK(false) << "float GEMV input " << type_name(x.type);
-    MVLLM_CUDA_LAUNCH_CHECK();
-}
-
-size_t ffn_sync_bytes(int64_t n_ff) {
-    const int64_t n_blocks = n_ff / 32;
-    return static_cast<size_t>(n_blocks + kFfnReadyCopies * (n_blocks + 1) + 1) * sizeof(int32_t);
-}
-
-bool ffn_b1_supported(DType gate_up_type, DType down_type, int64_t n_embd, int64_t n_ff) {
-    if (gate_up_type != DType::Q4_0 || down_type != DType::Q4_0 || n_ff % 256 != 0 || n_embd % 32 != 0) return false;
-    if (gemv_stream_mode() == 2) return false;  // every one-column GEMV streams (measurements)
-    return ffn_plan(n_embd, n_ff).down.grid < ffn_resident_ctas();
-}
-
-void launch_ffn_b1(const TensorView& w_gate, const TensorView& w_up, const TensorView& w_down, const QxView& qx,
-                   const TensorView& hidden, const QxView& hidden_qx, const TensorView& acc, void* sync,
-                   cudaStream_t stream) {
-    const int64_t n_embd = w_gate.ne[0], n_ff = w_gate.ne[1];
-    MVLLM_CHECK(ffn_b1_supported(w_gate.type, w_down.type, n_embd, n_ff) && w_up.type == w_gate.type &&
-                w_up.ne == w_gate.ne && w_down.ne[0] == n_ff && w_down.ne[1] == n_embd && qx.n_in == n_embd &&
-                qx.n_rows == 1 && hidden.ne[0] == n_ff && hidden.ne[1] == 1 && hidden_qx.n_in == n_ff &&
-                hidden_qx.n_rows == 1 && acc.type == DType::F32 && acc.ne[0] == n_embd && acc.ne[1] == 1)
-        << "fused FFN shapes";
-    const FfnPlan p = ffn_plan(n_embd, n_ff);
-    const int early = (early_loads() & kEarlyGemv ? kEarlyWeightsFlag : 0) |
-                      (early_loads() & kEarlyResidual ? kEarlyResidualFlag : 0);
-    FfnArgs a;
-    a.up = {quant_matrix<DType::Q4_0>(w_gate.data, n_embd, n_ff), quant_matrix<DType::Q4_0>(w_up.data, n_embd, n_ff),
-            qx, nullptr, hidden.data, hidden.type, n_ff, 1, 0, p.up.ks, early, {}};
-    const QuantMatrix down = quant_matrix<DType::Q4_0>(w_down.data, n_ff, n_embd);
-    a.down = {down, down, hidden_qx, nullptr, acc.data, DType::F32, n_embd, 1, 1, p.down.ks, early, {}};
-    auto* words = static_cast<int32_t*>(sync);
-    a.sync = {words, words + p.n_blocks, words + p.n_blocks + kFfnReadyCopies * p.n_chunks, p.n_blocks, p.chunk_blocks,
-              p.n_chunks};
-    a.n_up = static_cast<int>(p.up.grid);
-    a.n_down = static_cast<int>(p.down.grid);
-    launch_pdl(ffn_q4_0_b1_kernel, p.up.grid + p.down.grid, kGemvWarps * 32, 0, stream, a);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

@@ -71,18 +71,6 @@ void launch_gemv_qx(const TensorView& w, const QxView& qx, const TensorView& bia
 // out = silu(W_gate x) * (W_up x) (out: F32 / F16 / BF16), both weights of one quantised type.
 void launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,
                            const TensorView& out, cudaStream_t stream, bool batch_invariant = false);
-// The feed-forward block of one token in one launch (gemv.cu, "the fused FFN"): hidden =
-// silu(W_gate x) * (W_up x) (stored in hidden's type), hidden_qx = QX(hidden), acc += W_down hidden;
-// the bits of launch_gemv_qx_swiglu, launch_quantize_qx and launch_gemv_qx (Accumulate) in turn.
-// Q4_0 weights, n_ff % 256 == 0, and the down projection's CTAs must fit on the device at once
-// (ffn_b1_supported). sync: ffn_sync_bytes(n_ff) of device memory, zero before the first launch
-// (each launch leaves it zero); one launch at a time per buffer.
-constexpr int kFfnReadyCopies = 16;
-size_t ffn_sync_bytes(int64_t n_ff);
-bool ffn_b1_supported(DType gate_up_type, DType down_type, int64_t n_embd, int64_t n_ff);
-void launch_ffn_b1(const TensorView& w_gate, const TensorView& w_up, const TensorView& w_down, const QxView& qx,
-                   const TensorView& hidden, const QxView& hidden_qx, const TensorView& acc, void* sync,
-                   cudaStream_t stream);
 // Test hook: the register GEMV's K split (1, 2 or 4; anything else: back to its rule).
 void set_gemv_k_split(int ks);
 // The warps per row (K split) the register GEMV takes for one token column of a quantised W

@@ -167,7 +167,6 @@ MatmulScratch::~MatmulScratch() {
     if (input) cudaFree(input);
     if (qx) cudaFree(qx);
     if (partial) cudaFree(partial);
-    if (ffn) cudaFree(ffn);
 }
 
 void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t stream) {
@@ -212,17 +211,6 @@ void launch_matmul_stacked(const TensorView& w1, const TensorView& w2, const Ten
 QxView ensure_qx(MatmulScratch& scratch, int64_t n_in, int64_t n_rows) {
     ensure(&scratch.qx, &scratch.qx_bytes, qx_bytes(n_in, n_rows));
     return qx_view(scratch.qx, n_in, n_rows);
-}
-
-void* ensure_ffn(MatmulScratch& scratch, int64_t n_ff, QxView* hidden_qx) {
-    const size_t sync = (ffn_sync_bytes(n_ff) + 255) / 256 * 256;
-    const size_t need = sync + qx_bytes(n_ff, 1);
-    if (scratch.ffn_bytes < need) {
-        ensure(&scratch.ffn, &scratch.ffn_bytes, need);
-        MVLLM_CUDA_CHECK(cudaMemset(scratch.ffn, 0, sync));
-    }
-    *hidden_qx = qx_view(static_cast<uint8_t*>(scratch.ffn) + sync, n_ff, 1);
-    return scratch.ffn;
 }
 
 void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, const TensorView& bias, const TensorView& out,

@@ -55,8 +55,6 @@ struct MatmulScratch {
     size_t qx_bytes = 0;
     void* partial = nullptr;  // split-K partial tiles of the quantised GEMM (gemm_tiles.cuh)
     size_t partial_bytes = 0;
-    void* ffn = nullptr;  // the fused FFN's counters, then its SwiGLU output's QX (gemv.cuh)
-    size_t ffn_bytes = 0;
     GemmTuner* tuner = nullptr;  // the F16 GEMMs through cuBLASLt (gemm_tuned.cuh); null: cublasGemmEx
     ~MatmulScratch();
 };
@@ -78,9 +76,6 @@ void launch_matmul_stacked(const TensorView& w1, const TensorView& w2, const Ten
 
 // The scratch QX buffer for n_rows x n_in (grown on demand; growth synchronises the device).
 QxView ensure_qx(MatmulScratch& scratch, int64_t n_in, int64_t n_rows);
-// The fused FFN's counters (zeroed when allocated) and the QX of its [1][n_ff] SwiGLU output.
-// Allocates only outside graph capture (the first step of a shape runs eagerly).
-void* ensure_ffn(MatmulScratch& scratch, int64_t n_ff, QxView* hidden_qx);
 
 // Dequantises a whole weight matrix (any supported type) to F16 or F32 rows (out: same ne).
 void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t stream);
