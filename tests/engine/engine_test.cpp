@@ -211,9 +211,13 @@ TEST(Engine, DecodePaddingChangesNoOutput) {
         }
         sampled[on ? 0 : 1] = run_all(**engine, hot);
         const EngineCounters c = (*engine)->counters();
-        if (on) EXPECT_GT(greedy_padding, 0);
+        if (on) {
+            EXPECT_GT(greedy_padding, 0);
+        }
         EXPECT_EQ(c.n_padding_rows, greedy_padding);  // none while sampling
-        if (!on) EXPECT_EQ(c.n_padding_rows, 0);
+        if (!on) {
+            EXPECT_EQ(c.n_padding_rows, 0);
+        }
         EXPECT_EQ(c.n_finished, 6);
         EXPECT_EQ(c.n_free_blocks, 64);
         EXPECT_EQ(c.n_total_blocks, 64);
