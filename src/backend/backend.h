@@ -170,6 +170,45 @@ public:
             logprob[r] = static_cast<float>(max - (max + std::log(sum)));
         }
     }
+
+    // ---- Greedy decoding a step ahead: argmax_rows in two halves, so that a caller can queue the
+    // next step before this one's tokens reach the host. argmax_enqueue starts the greedy tokens
+    // (and, with `logprob`, their log-softmax) of x's rows and returns a ticket (1, 2, ...);
+    // argmax_result waits for a ticket's results. The last two tickets stay readable: a caller
+    // reads ticket t before it enqueues t + 2. The defaults compute at once on the host.
+    virtual uint64_t argmax_enqueue(const TensorView& x, bool logprob) {
+        HostGreedy& r = host_greedy_[next_argmax_ticket() % 2];
+        r.ticket = last_argmax_ticket();
+        r.tokens.resize(static_cast<size_t>(x.ne[1]));
+        r.logprobs.resize(logprob ? r.tokens.size() : 0);
+        if (!r.tokens.empty()) argmax_rows(x, r.tokens.data(), logprob ? r.logprobs.data() : nullptr);
+        return r.ticket;
+    }
+    virtual void argmax_result(uint64_t ticket, int32_t* dst, float* logprob) {
+        const HostGreedy& r = host_greedy_[ticket % 2];
+        MVLLM_CHECK(r.ticket == ticket) << "greedy result " << ticket << " is no longer kept";
+        MVLLM_CHECK(!logprob || r.logprobs.size() == r.tokens.size()) << "greedy result " << ticket << " has no logprobs";
+        std::copy(r.tokens.begin(), r.tokens.end(), dst);
+        if (logprob) std::copy(r.logprobs.begin(), r.logprobs.end(), logprob);
+    }
+    // The ticket of the last argmax_enqueue on this backend (0: none yet).
+    uint64_t last_argmax_ticket() const { return argmax_tickets_; }
+    // True when the embedding reads a batch's fed_token(r) ids (kv/batch.h) on the device, from
+    // the last enqueued argmax, so the host need not wait for it; otherwise the decoder waits and
+    // substitutes them before the pass.
+    virtual bool embeds_fed_tokens() const { return false; }
+
+protected:
+    uint64_t next_argmax_ticket() { return ++argmax_tickets_; }
+
+private:
+    struct HostGreedy {
+        uint64_t ticket = 0;
+        std::vector<int32_t> tokens;
+        std::vector<float> logprobs;
+    };
+    HostGreedy host_greedy_[2];
+    uint64_t argmax_tickets_ = 0;
 };
 
 }  // namespace mvllm

@@ -175,7 +175,8 @@ int cmd_bench_decode(const BenchDecodeArgs& a) {
             {"weight_bytes", rt->model->weight_bytes()}, {"prompt_len", a.prompt_len},
             {"decode_steps", a.n_predict}, {"threads", a.run.threads}, {"attention", a.run.attention},
             {"activation_dtype", a.run.activation_dtype}, {"kv_dtype", kv},
-            {"kv_block_size", a.run.kv_block_size}, {"runs", runs},
+            {"kv_block_size", a.run.kv_block_size}, {"fed_tokens_on_device", rt->backend->embeds_fed_tokens()},
+            {"runs", runs},
             {"prefill_tok_s_median", median(prefill_tps)}, {"decode_tok_s_median", median(decode_tps)},
             {"peak_rss_mib", rss_peak}, {"rss_growth_mib", rss_peak - rss_loaded}};
         std::ofstream(a.json_out) << j.dump(2) << "\n";

@@ -13,6 +13,13 @@
 
 namespace mvllm {
 
+// A token id the host does not know yet: row `row` of the last greedy step's tokens
+// (Decoder::forward_greedy_enqueue), so that a decode step can be queued before the previous
+// one's token has reached the host. Negative, so it never collides with a vocabulary id.
+constexpr int32_t fed_token(int32_t row) { return -1 - row; }
+constexpr bool is_fed_token(int32_t id) { return id < 0; }
+constexpr int32_t fed_token_row(int32_t id) { return -1 - id; }
+
 struct BatchSequence {
     int32_t token_begin = 0;        // first row of this sequence in the flat batch
     int32_t n_tokens = 0;           // query rows of this sequence
@@ -23,7 +30,7 @@ struct BatchSequence {
 
 struct Batch {
     int32_t block_size = 16;
-    std::vector<int32_t> token_ids;     // [n_tokens]
+    std::vector<int32_t> token_ids;     // [n_tokens] vocabulary ids, or fed_token(r)
     std::vector<int32_t> positions;     // [n_tokens]
     std::vector<int64_t> slot_mapping;  // [n_tokens]
     std::vector<int32_t> block_tables;  // [sum of n_blocks] block ids

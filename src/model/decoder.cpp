@@ -1,5 +1,6 @@
 #include "model/decoder.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -137,9 +138,17 @@ Status Decoder::validate(const Batch& b, const KvCache& cache) const {
         kc.head_dim != config_.head_dim || kc.block_size != b.block_size)
         return make_error("KV cache geometry does not match the model");
     if (b.token_ids.empty()) return make_error("empty batch");
-    for (int32_t id : b.token_ids)
-        if (id < 0 || id >= config_.n_vocab)
+    for (int32_t id : b.token_ids) {
+        if (is_fed_token(id)) {
+            if (last_greedy_ == 0 || last_greedy_ != backend_.last_argmax_ticket())
+                return make_error("a fed token without a greedy step of this decoder before it");
+            if (fed_token_row(id) >= greedy_[last_greedy_ % 2].rows)
+                return make_error("fed token of row ", fed_token_row(id), " from a greedy step of ",
+                                  greedy_[last_greedy_ % 2].rows, " rows");
+        } else if (id >= config_.n_vocab) {
             return make_error("token id ", id, " is outside the vocabulary (", config_.n_vocab, ")");
+        }
+    }
     for (int32_t block : b.block_tables)
         if (block < 0 || block >= kc.n_blocks) return make_error("block id ", block, " out of range");
     for (int32_t row : b.logit_rows)
@@ -147,10 +156,23 @@ Status Decoder::validate(const Batch& b, const KvCache& cache) const {
     return Status::ok();
 }
 
+Result<const Batch*> Decoder::with_fed_tokens(const Batch& batch, Batch* storage) {
+    const bool fed = std::any_of(batch.token_ids.begin(), batch.token_ids.end(), is_fed_token);
+    if (!fed || backend_.embeds_fed_tokens()) return &batch;
+    std::vector<int32_t> last;
+    MVLLM_TRY(greedy_result(last_greedy_, &last));
+    *storage = batch;
+    for (int32_t& id : storage->token_ids)
+        if (is_fed_token(id)) id = last[static_cast<size_t>(fed_token_row(id))];
+    return static_cast<const Batch*>(storage);
+}
+
 Status Decoder::forward(const Batch& batch, KvCache& cache, std::vector<float>* logits) {
     MVLLM_TRY(validate(batch, cache));
+    Batch storage;
+    MVLLM_ASSIGN_OR_RETURN(const Batch* b, with_fed_tokens(batch, &storage));
     try {
-        const TensorView out = run(batch, cache);
+        const TensorView out = run(*b, cache);
         logits->resize(static_cast<size_t>(out.n_elements()));
         if (out.ne[1] > 0) backend_.to_host(out, logits->data());
     } catch (const DeviceOutOfMemory& e) {
@@ -161,15 +183,33 @@ Status Decoder::forward(const Batch& batch, KvCache& cache, std::vector<float>* 
 
 Status Decoder::forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens,
                                std::vector<float>* logprobs) {
+    MVLLM_ASSIGN_OR_RETURN(const uint64_t ticket, forward_greedy_enqueue(batch, cache, logprobs != nullptr));
+    return greedy_result(ticket, tokens, logprobs);
+}
+
+Result<uint64_t> Decoder::forward_greedy_enqueue(const Batch& batch, KvCache& cache, bool logprobs) {
     MVLLM_TRY(validate(batch, cache));
+    Batch storage;
+    MVLLM_ASSIGN_OR_RETURN(const Batch* b, with_fed_tokens(batch, &storage));
     try {
-        const TensorView out = run(batch, cache);
-        tokens->resize(static_cast<size_t>(out.ne[1]));
-        if (logprobs) logprobs->resize(tokens->size());
-        if (out.ne[1] > 0) backend_.argmax_rows(out, tokens->data(), logprobs ? logprobs->data() : nullptr);
+        const TensorView out = run(*b, cache);
+        const uint64_t ticket = backend_.argmax_enqueue(out, logprobs);
+        greedy_[ticket % 2] = {ticket, out.ne[1], logprobs};
+        last_greedy_ = ticket;
+        return ticket;
     } catch (const DeviceOutOfMemory& e) {
         return make_error(e.what());
     }
+}
+
+Status Decoder::greedy_result(uint64_t ticket, std::vector<int32_t>* tokens, std::vector<float>* logprobs) {
+    const GreedyStep& g = greedy_[ticket % 2];
+    if (ticket == 0 || g.ticket != ticket || ticket + 1 < backend_.last_argmax_ticket())
+        return make_error("greedy step ", ticket, " is not kept (the backend keeps its last two)");
+    if (logprobs && !g.logprobs) return make_error("greedy step ", ticket, " was queued without logprobs");
+    tokens->resize(static_cast<size_t>(g.rows));
+    if (logprobs) logprobs->resize(tokens->size());
+    if (g.rows > 0) backend_.argmax_result(ticket, tokens->data(), logprobs ? logprobs->data() : nullptr);
     return Status::ok();
 }
 

@@ -41,11 +41,22 @@ public:
     // log-softmax (Backend::argmax_rows).
     Status forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens,
                           std::vector<float>* logprobs = nullptr);
+    // forward_greedy in two halves: queues the pass and its argmax and returns a ticket for
+    // greedy_result. A batch may name a token as fed_token(r) (kv/batch.h): row r of this
+    // decoder's last greedy step, which must be the backend's last argmax. A backend that
+    // embeds_fed_tokens() reads it on the device, so the next step can be queued before this
+    // one's tokens are known (SequenceRunner::greedy); otherwise the decoder waits for them here.
+    Result<uint64_t> forward_greedy_enqueue(const Batch& batch, KvCache& cache, bool logprobs = false);
+    // The tokens (and logprobs, when enqueued with them) of one of the last two greedy steps.
+    Status greedy_result(uint64_t ticket, std::vector<int32_t>* tokens, std::vector<float>* logprobs = nullptr);
 
 private:
     Decoder(const ModelConfig& config, Backend& backend, const DecoderOptions& options)
         : config_(config), backend_(backend), options_(options) {}
     Status validate(const Batch& batch, const KvCache& cache) const;
+    // The batch to run: `batch` itself, or a copy in *storage with its fed tokens replaced by
+    // the last greedy step's (waited for) when the backend does not embed them on the device.
+    Result<const Batch*> with_fed_tokens(const Batch& batch, Batch* storage);
     // Issues the pass (or lets the backend replay it); returns the logits [n_logit_rows][n_vocab]
     // f32 on the backend (ne[1] == 0 when the batch wants none). A backend out of device memory
     // throws DeviceOutOfMemory; forward and forward_greedy turn it into an error Status.
@@ -61,6 +72,14 @@ private:
     std::vector<TensorView> wqkv_, bqkv_;
     std::vector<std::vector<uint8_t>> fused_host_;  // host bytes of the fused tensors
     uint64_t program_id_ = 0;                       // this decoder's id for recorded steps
+    // The last two greedy steps (forward_greedy_enqueue), at ticket % 2.
+    struct GreedyStep {
+        uint64_t ticket = 0;  // the backend's argmax ticket (0: none)
+        int64_t rows = 0;
+        bool logprobs = false;
+    };
+    GreedyStep greedy_[2];
+    uint64_t last_greedy_ = 0;
 };
 
 }  // namespace mvllm

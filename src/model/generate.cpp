@@ -48,17 +48,15 @@ Status SequenceRunner::step(int32_t token, std::vector<float>* logits) {
     return run({token}, false, logits);
 }
 
-Status SequenceRunner::step_greedy(int32_t token, int32_t* next) {
+Result<uint64_t> SequenceRunner::enqueue_greedy(int32_t token) {
     const int32_t block_size = cache_.config().block_size;
     MVLLM_TRY(allocator_.grow(&block_table_, n_cached_ + 1, block_size));
     Batch batch;
     batch.block_size = block_size;
     batch.add_sequence({token}, static_cast<int32_t>(n_cached_), block_table_, true);
-    std::vector<int32_t> tokens;
-    MVLLM_TRY(decoder_.forward_greedy(batch, cache_, &tokens));
-    *next = tokens.at(0);
+    MVLLM_ASSIGN_OR_RETURN(const uint64_t ticket, decoder_.forward_greedy_enqueue(batch, cache_));
     n_cached_ += 1;
-    return Status::ok();
+    return ticket;
 }
 
 Status SequenceRunner::greedy(const std::vector<int32_t>& prompt, int n, std::vector<int32_t>* out,
@@ -70,11 +68,19 @@ Status SequenceRunner::greedy(const std::vector<int32_t>& prompt, int n, std::ve
     auto t0 = clock::now();
     MVLLM_TRY(prefill(prompt, &logits));
     auto t1 = clock::now();
-    int32_t next = n > 0 ? argmax(logits.data(), n_vocab) : 0;
+    // Token i comes from step i (step 0: the prefill). Step i + 1 is queued, its token fed from
+    // step i, before step i's token is read.
+    std::vector<int32_t> tokens{n > 0 ? argmax(logits.data(), n_vocab) : 0};
+    uint64_t pending = 0;  // the ticket of step i (i >= 1)
     for (int i = 0; i < n; ++i) {
-        out->push_back(next);
-        if (on_token) on_token(next);
-        if (i + 1 < n) MVLLM_TRY(step_greedy(next, &next));
+        uint64_t queued = 0;
+        if (i + 1 < n) {
+            MVLLM_ASSIGN_OR_RETURN(queued, enqueue_greedy(i == 0 ? tokens[0] : fed_token(0)));
+        }
+        if (i > 0) MVLLM_TRY(decoder_.greedy_result(pending, &tokens));
+        out->push_back(tokens.at(0));
+        if (on_token) on_token(tokens[0]);
+        pending = queued;
     }
     auto t2 = clock::now();
     if (timings) {

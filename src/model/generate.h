@@ -28,17 +28,20 @@ public:
     Status prefill(const std::vector<int32_t>& prompt, std::vector<float>* logits, bool all_logits = false);
     // Appends one token and returns the logits of its position.
     Status step(int32_t token, std::vector<float>* logits);
-    // Appends one token and returns the greedy next token (argmax on the backend).
-    Status step_greedy(int32_t token, int32_t* next);
     int64_t n_cached() const { return n_cached_; }
 
     // Greedy continuation of `prompt` by n tokens. on_token (optional) sees each new token.
+    // Each decode step is queued before the previous step's token has reached the host (the step
+    // names it as fed_token(0)): on a backend that embeds fed tokens on the device the next step
+    // is already queued when one ends, elsewhere the decoder waits for the token first.
     Status greedy(const std::vector<int32_t>& prompt, int n, std::vector<int32_t>* out,
                   GenerationTimings* timings = nullptr,
                   const std::function<void(int32_t)>& on_token = nullptr);
 
 private:
     Status run(const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>* logits);
+    // Appends one token (an id, or fed_token(0)) and queues its greedy successor: the ticket.
+    Result<uint64_t> enqueue_greedy(int32_t token);
     Decoder& decoder_;
     KvCache& cache_;
     BlockAllocator allocator_;

@@ -44,13 +44,18 @@ CudaBackend::Impl::~Impl() {
         collect_graph_time();
         const GraphTiming& t = graph_timing;
         std::fprintf(stderr,
-                     "cuda: %lld graph launches, %.1f us of device time each (start to end of the graph); host: "
-                     "%.1f us from a graph launch to its argmax on the host, %.1f us from there to the next launch\n",
+                     "cuda: %lld graph launches, %.1f us of device time each (start to end of the graph), %.1f us "
+                     "from one graph's end to the next one's start (%lld pairs); host: %.1f us from a graph launch "
+                     "to its argmax on the host (%lld), %.1f us from there to the next launch (%lld)\n",
                      static_cast<long long>(t.n), t.n ? 1e3 * t.total_ms / t.n : 0.0,
+                     t.n_gap ? 1e3 * t.gap_ms / t.n_gap : 0.0, static_cast<long long>(t.n_gap),
                      t.n_launch_to_result ? 1e6 * t.launch_to_result_s / t.n_launch_to_result : 0.0,
-                     t.n_between ? 1e6 * t.host_between_s / t.n_between : 0.0);
-        cudaEventDestroy(graph_timing.start);
-        cudaEventDestroy(graph_timing.stop);
+                     static_cast<long long>(t.n_launch_to_result),
+                     t.n_between ? 1e6 * t.host_between_s / t.n_between : 0.0, static_cast<long long>(t.n_between));
+        for (int k = 0; k < 2; ++k) {
+            cudaEventDestroy(graph_timing.start[k]);
+            cudaEventDestroy(graph_timing.stop[k]);
+        }
     }
     for (auto& [key, g] : graphs) {
         if (g.exec) cudaGraphExecDestroy(g.exec);
@@ -66,6 +71,9 @@ CudaBackend::Impl::~Impl() {
     if (argmax_out) cudaFreeHost(argmax_out);
     if (argmax_keys) cudaFree(argmax_keys);
     if (argmax_logprob) cudaFreeHost(argmax_logprob);
+    if (argmax_fed) cudaFree(argmax_fed);
+    for (ArgmaxSlot& slot : argmax_slots)
+        if (slot.done) cudaEventDestroy(slot.done);
     if (cublas) cublasDestroy(cublas);
     if (cublas_workspace) cudaFree(cublas_workspace);
     if (stream) cudaStreamDestroy(stream);
@@ -154,12 +162,15 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     const char* timing_env = std::getenv("MVLLM_CUDA_STEP_TIMING");
     if (timing_env && std::string(timing_env) == "1") {
         impl->graph_timing.enabled = true;
-        MVLLM_CUDA_OK(cudaEventCreate(&impl->graph_timing.start));
-        MVLLM_CUDA_OK(cudaEventCreate(&impl->graph_timing.stop));
+        for (int k = 0; k < 2; ++k) {
+            MVLLM_CUDA_OK(cudaEventCreate(&impl->graph_timing.start[k]));
+            MVLLM_CUDA_OK(cudaEventCreate(&impl->graph_timing.stop[k]));
+        }
     }
     if (!cuda::env_on("MVLLM_CUDA_F16_WEIGHTS")) impl->options.f16_weight_copies = false;
     if (const int v = cuda::env_int("MVLLM_QKV_ROPE", -1); v == 0 || v == 1)
         impl->options.qkv_rope_epilogue = v ? CudaBackendOptions::QkvRopeEpilogue::On : CudaBackendOptions::QkvRopeEpilogue::Off;
+    if (const int v = cuda::env_int("MVLLM_CUDA_FED_TOKENS", -1); v == 0 || v == 1) impl->options.fed_tokens_on_device = v;
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
     cudaDeviceProp prop{};
     MVLLM_CUDA_OK(cudaGetDeviceProperties(&prop, options.device));
@@ -167,6 +178,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     impl->device_name = prop.name;
     MVLLM_CUDA_OK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
     MVLLM_CUDA_OK(cudaEventCreateWithFlags(&impl->meta_copied, cudaEventDisableTiming));
+    for (Impl::ArgmaxSlot& slot : impl->argmax_slots)
+        MVLLM_CUDA_OK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
     if (cublasCreate(&impl->cublas) != CUBLAS_STATUS_SUCCESS) return make_error("cuBLAS could not be initialised");
     cublasSetStream(impl->cublas, impl->stream);
     // A workspace of our own: cuBLAS then allocates nothing while a decode step is being recorded.
@@ -328,7 +341,7 @@ TensorView CudaBackend::alloc(DType type, int64_t width, int64_t n_rows) {
 
 void CudaBackend::embed(const TensorView& table, const TensorView& out) {
     impl_->wrote(out);
-    cuda::launch_embed(table, impl_->batch.token_ids, out, impl_->stream);
+    cuda::launch_embed(table, impl_->batch.token_ids, impl_->argmax_fed, out, impl_->stream);
 }
 
 void CudaBackend::rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) {
@@ -525,38 +538,85 @@ void CudaBackend::download_kv_layer(KvCache& cache, int32_t layer, void* k_dst, 
     MVLLM_CUDA_OK(cudaStreamSynchronize(impl_->stream));
 }
 
-void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob) {
+void CudaBackend::Impl::ensure_argmax(size_t rows) {
+    if (rows <= argmax_capacity) return;
+    // At least the largest recorded decode batch, so that recorded steps keep their fed pointer.
+    const size_t cap = std::max<size_t>(rows, 512), old = argmax_capacity;
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no kernel writes the old buffers any more
+    int32_t* out = nullptr;
+    float* logprob = nullptr;
+    int32_t* fed = nullptr;
+    unsigned long long* keys = nullptr;
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&out), 2 * cap * sizeof(int32_t), cudaHostAllocMapped));
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&logprob), 2 * cap * sizeof(float), cudaHostAllocMapped));
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&fed), cap * sizeof(int32_t)));
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&keys), cap * sizeof(unsigned long long)));
+    MVLLM_CUDA_OK(cudaMemset(keys, 0, cap * sizeof(unsigned long long)));
+    if (old > 0) {  // both slots' results and the fed tokens may still be read
+        for (size_t s = 0; s < 2; ++s) {
+            std::memcpy(out + s * cap, argmax_out + s * old, old * sizeof(int32_t));
+            std::memcpy(logprob + s * cap, argmax_logprob + s * old, old * sizeof(float));
+        }
+        MVLLM_CUDA_OK(cudaMemcpy(fed, argmax_fed, old * sizeof(int32_t), cudaMemcpyDeviceToDevice));
+        cudaFreeHost(argmax_out);
+        cudaFreeHost(argmax_logprob);
+        cudaFree(argmax_fed);
+        cudaFree(argmax_keys);
+    }
+    argmax_out = out;
+    argmax_logprob = logprob;
+    argmax_fed = fed;
+    argmax_keys = keys;
+    argmax_capacity = cap;
+}
+
+uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob) {
     Impl& im = *impl_;
     const size_t rows = static_cast<size_t>(x.ne[1]);
-    if (rows == 0) return;
-    if (im.argmax_capacity < rows) {
-        MVLLM_CUDA_OK(cudaStreamSynchronize(im.stream));
-        if (im.argmax_out) cudaFreeHost(im.argmax_out);
-        if (im.argmax_keys) cudaFree(im.argmax_keys);
-        if (im.argmax_logprob) cudaFreeHost(im.argmax_logprob);
-        MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&im.argmax_out), rows * sizeof(int32_t), cudaHostAllocMapped));
-        MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&im.argmax_logprob), rows * sizeof(float), cudaHostAllocMapped));
-        MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&im.argmax_keys), rows * sizeof(unsigned long long)));
-        MVLLM_CUDA_OK(cudaMemset(im.argmax_keys, 0, rows * sizeof(unsigned long long)));
-        im.argmax_capacity = rows;
+    im.ensure_argmax(rows);
+    const uint64_t ticket = next_argmax_ticket();
+    const size_t s = ticket % 2;
+    Impl::ArgmaxSlot& slot = im.argmax_slots[s];
+    slot.ticket = ticket;
+    slot.rows = rows;
+    slot.logprob = logprob;
+    if (rows > 0) {
+        int32_t* out_dev = nullptr;
+        float* logprob_dev = nullptr;
+        MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&out_dev), im.argmax_out + s * im.argmax_capacity, 0));
+        MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&logprob_dev),
+                                               im.argmax_logprob + s * im.argmax_capacity, 0));
+        cuda::launch_argmax(x, im.argmax_keys, out_dev, im.argmax_fed, im.stream);
+        if (logprob) cuda::launch_max_logprob(x, logprob_dev, im.stream);
     }
-    int32_t* out_dev = nullptr;
-    float* logprob_dev = nullptr;
-    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&out_dev), im.argmax_out, 0));
-    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&logprob_dev), im.argmax_logprob, 0));
-    cuda::launch_argmax(x, im.argmax_keys, out_dev, im.stream);
-    if (logprob) cuda::launch_max_logprob(x, logprob_dev, im.stream);
-    MVLLM_CUDA_OK(cudaStreamSynchronize(im.stream));  // the kernels' writes to mapped memory are visible now
-    std::memcpy(dst, im.argmax_out, rows * sizeof(int32_t));
-    if (logprob) std::memcpy(logprob, im.argmax_logprob, rows * sizeof(float));
+    MVLLM_CUDA_OK(cudaEventRecord(slot.done, im.stream));
+    return ticket;
+}
+
+void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob) {
+    Impl& im = *impl_;
+    const size_t s = ticket % 2;
+    const Impl::ArgmaxSlot& slot = im.argmax_slots[s];
+    MVLLM_CHECK(ticket != 0 && slot.ticket == ticket) << "greedy result " << ticket << " is no longer kept";
+    MVLLM_CHECK(!logprob || slot.logprob) << "greedy result " << ticket << " has no logprobs";
+    MVLLM_CUDA_OK(cudaEventSynchronize(slot.done));  // the kernels' writes to mapped memory are visible now
+    std::memcpy(dst, im.argmax_out + s * im.argmax_capacity, slot.rows * sizeof(int32_t));
+    if (logprob) std::memcpy(logprob, im.argmax_logprob + s * im.argmax_capacity, slot.rows * sizeof(float));
+    // A step's result read before the next step is queued: the host's turn between two steps.
     Impl::GraphTiming& t = im.graph_timing;
-    if (t.enabled && t.launched != std::chrono::steady_clock::time_point{}) {
+    if (t.enabled && ticket == last_argmax_ticket() && t.launched != std::chrono::steady_clock::time_point{}) {
         t.synced = std::chrono::steady_clock::now();
         t.launch_to_result_s += std::chrono::duration<double>(t.synced - t.launched).count();
         ++t.n_launch_to_result;
         t.launched = {};
     }
 }
+
+void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob) {
+    argmax_result(argmax_enqueue(x, logprob != nullptr), dst, logprob);
+}
+
+bool CudaBackend::embeds_fed_tokens() const { return impl_->options.fed_tokens_on_device; }
 
 void CudaBackend::synchronize() { MVLLM_CUDA_OK(cudaStreamSynchronize(impl_->stream)); }
 

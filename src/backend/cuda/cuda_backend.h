@@ -36,6 +36,11 @@ struct CudaBackendOptions {
     // MVLLM_QKV_ROPE=1 forces it on, =0 off.
     enum class QkvRopeEpilogue { Auto, On, Off };
     QkvRopeEpilogue qkv_rope_epilogue = QkvRopeEpilogue::Auto;
+    // The embedding reads a batch's fed tokens (kv/batch.h) on the device from the last argmax,
+    // so that SequenceRunner::greedy queues each decode step before the previous one's token has
+    // reached the host (embeds_fed_tokens). Off until measured on the H200 (bench/NOTES.md,
+    // twenty-fifth session); MVLLM_CUDA_FED_TOKENS=1 turns it on, =0 off.
+    bool fed_tokens_on_device = false;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).
@@ -102,8 +107,13 @@ public:
     int32_t n_graphs() const;
 
     // Greedy sampling on the device: the argmax of each row of an F32 device tensor
-    // (e.g. the logits), copied to dst[x.ne[1]].
+    // (e.g. the logits), copied to dst[x.ne[1]] (argmax_enqueue, then argmax_result).
     void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr) override;
+    // The argmax kernels queued on the stream; their results land in one of two mapped host
+    // slots (ticket % 2) and, for fed tokens, in a device buffer the embedding reads.
+    uint64_t argmax_enqueue(const TensorView& x, bool logprob) override;
+    void argmax_result(uint64_t ticket, int32_t* dst, float* logprob) override;
+    bool embeds_fed_tokens() const override;
     // Raw byte copies between a device tensor and host memory (tests, tools). Synchronous.
     void download(const TensorView& x, void* dst);
     void upload(const void* src, const TensorView& x);

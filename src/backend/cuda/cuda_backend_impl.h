@@ -29,8 +29,8 @@ std::string cuda_memory_report();
 
 // What recorded kernels point at besides weights and the cache (scratch buffers grow by
 // reallocation): the arena generation and the scratch pointers.
-using StepResources =
-    std::tuple<uint64_t, const void*, const void*, const void*, const void*, const void*, const void*, const void*>;
+using StepResources = std::tuple<uint64_t, const void*, const void*, const void*, const void*, const void*,
+                                 const void*, const void*, const void*>;
 
 // A recorded decode step: its graph and the fixed device buffer its kernels read the step's
 // inputs from.
@@ -103,11 +103,23 @@ struct CudaBackend::Impl {
     float* inv_freq = nullptr;  // [head_dim / 2] device copy of RopeParams::inv_freq
     std::vector<float> inv_freq_host;
     // Greedy sampling's results land in mapped pinned host memory (written by the kernels over
-    // the bus: no copy is queued after them); the keys are device scratch the kernel re-zeroes.
-    int32_t* argmax_out = nullptr;          // [argmax_capacity], host (mapped)
-    float* argmax_logprob = nullptr;        // [argmax_capacity], host (mapped): the token's log-softmax
+    // the bus: no copy is queued after them), in two slots (ticket % 2: a step's tokens stay
+    // readable while the next step is queued), and in a device copy that fed tokens read; the
+    // keys are device scratch the kernel re-zeroes.
+    int32_t* argmax_out = nullptr;          // [2][argmax_capacity], host (mapped)
+    float* argmax_logprob = nullptr;        // [2][argmax_capacity], host (mapped): the token's log-softmax
+    int32_t* argmax_fed = nullptr;          // [argmax_capacity], device: the last enqueued argmax
     unsigned long long* argmax_keys = nullptr;
     size_t argmax_capacity = 0;
+    struct ArgmaxSlot {
+        uint64_t ticket = 0;
+        size_t rows = 0;
+        bool logprob = false;
+        cudaEvent_t done = nullptr;  // recorded after the slot's kernels
+    };
+    ArgmaxSlot argmax_slots[2];
+    // Grows the argmax buffers to at least `rows` (keeping both slots and the fed copy).
+    void ensure_argmax(size_t rows);
 
     cuda::MatmulScratch matmul_scratch;
     std::unique_ptr<cuda::GemmTuner> gemm_tuner;  // matmul_scratch.tuner
@@ -129,21 +141,28 @@ struct CudaBackend::Impl {
     uint64_t step_counter = 0;
     std::map<StepKey, int> seen;
     // MVLLM_CUDA_STEP_TIMING=1: the device time of every recorded step, from its graph's start to
-    // its end (gaps between the step's kernels included, the host's time between steps not), and
-    // on the host the time from a step's argmax result to the next graph launch (the engine's own
-    // work, while the device idles) and from a graph launch to its argmax result; reported on
-    // stderr at exit, over the steps after the engine's warm-up. Against the wall time of a step
-    // they say where a step's time goes.
+    // its end (gaps between the step's kernels included, the host's time between steps not); the
+    // device's time from one graph's end to the next one's start when no eager step came between
+    // (the argmax, the metadata copy, the launch, and whatever the host made the device wait);
+    // and on the host the time from a step's argmax result to the next graph launch (the engine's
+    // own work, while the device idles) and from a graph launch to its argmax result (both only
+    // for results read before the next step is queued); reported on stderr at exit, over the
+    // steps after the engine's warm-up. Against the wall time of a step they say where a step's
+    // time goes. Launch k records events k % 2, so that timing does not wait for the graph before.
     struct GraphTiming {
-        bool enabled = false, pending = false;
-        cudaEvent_t start = nullptr, stop = nullptr;
-        double total_ms = 0;
-        int64_t n = 0;
+        bool enabled = false;
+        cudaEvent_t start[2] = {}, stop[2] = {};
+        bool chained[2] = {};  // launch k % 2 followed the previous launch with no eager step between
+        bool chain_next = false;
+        int64_t n_launched = 0, n_collected = 0;
+        double total_ms = 0, gap_ms = 0;
+        int64_t n = 0, n_gap = 0;
         std::chrono::steady_clock::time_point launched{}, synced{};
         double host_between_s = 0, launch_to_result_s = 0;
         int64_t n_between = 0, n_launch_to_result = 0;
     } graph_timing;
-    void collect_graph_time();
+    // Adds up the timed launches until at most `keep` are left uncollected.
+    void collect_graph_time(int64_t keep = 0);
 
     ~Impl();
     void ensure_meta(size_t bytes);
@@ -157,7 +176,7 @@ struct CudaBackend::Impl {
     const cuda::QxView* qx_for(const TensorView& w, const TensorView& x, cuda::QxView* storage);
     StepResources resources() const {
         return {arena_generation, attention_scratch.partial, attention_scratch.counters, matmul_scratch.qx,
-                matmul_scratch.input, matmul_scratch.weight, matmul_scratch.partial, inv_freq};
+                matmul_scratch.input, matmul_scratch.weight, matmul_scratch.partial, inv_freq, argmax_fed};
     }
 };
 

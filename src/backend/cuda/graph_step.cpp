@@ -144,6 +144,7 @@ void CudaBackend::begin(const Batch& b) {
     im.qx_source = nullptr;
     im.mode = StepMode::Eager;
     im.graph_timing.synced = {};  // an eager step: not counted as host time between graph steps
+    im.graph_timing.chain_next = false;
 }
 
 bool CudaBackend::begin_step(const Batch& b, uint64_t program, KvCache& cache) {
@@ -226,32 +227,44 @@ void CudaBackend::end_step() {
         g.resources = im.resources();
     }
     Impl::GraphTiming& t = im.graph_timing;
+    const int k = static_cast<int>(t.n_launched % 2);
     if (t.enabled) {
-        im.collect_graph_time();
+        im.collect_graph_time(1);  // frees events k (the launch before the last)
         t.launched = std::chrono::steady_clock::now();
         if (t.synced != std::chrono::steady_clock::time_point{}) {
             t.host_between_s += std::chrono::duration<double>(t.launched - t.synced).count();
             ++t.n_between;
         }
-        MVLLM_CUDA_OK(cudaEventRecord(t.start, im.stream));
+        t.chained[k] = t.chain_next;
+        MVLLM_CUDA_OK(cudaEventRecord(t.start[k], im.stream));
     }
     MVLLM_CUDA_OK(cudaGraphLaunch(g.exec, im.stream));
     if (t.enabled) {
-        MVLLM_CUDA_OK(cudaEventRecord(t.stop, im.stream));
-        t.pending = true;
+        MVLLM_CUDA_OK(cudaEventRecord(t.stop[k], im.stream));
+        ++t.n_launched;
+        t.chain_next = true;
     }
     if (g.graph && ++g.n_replays == im.ablation_at) ablate_graph(g.graph, g.exec, im.stream, std::get<3>(im.step_key));
     im.mode = StepMode::Eager;
 }
 
-void CudaBackend::Impl::collect_graph_time() {
-    if (!graph_timing.pending) return;
-    float ms = 0;
-    MVLLM_CUDA_OK(cudaEventSynchronize(graph_timing.stop));
-    MVLLM_CUDA_OK(cudaEventElapsedTime(&ms, graph_timing.start, graph_timing.stop));
-    graph_timing.total_ms += ms;
-    ++graph_timing.n;
-    graph_timing.pending = false;
+void CudaBackend::Impl::collect_graph_time(int64_t keep) {
+    GraphTiming& t = graph_timing;
+    while (t.n_launched - t.n_collected > keep) {
+        const int64_t j = t.n_collected++;
+        const int a = static_cast<int>(j % 2), b = 1 - a;
+        float ms = 0;
+        MVLLM_CUDA_OK(cudaEventSynchronize(t.stop[a]));
+        MVLLM_CUDA_OK(cudaEventElapsedTime(&ms, t.start[a], t.stop[a]));
+        t.total_ms += ms;
+        ++t.n;
+        if (j + 1 < t.n_launched && t.chained[b]) {  // launch j + 1 came right after launch j
+            MVLLM_CUDA_OK(cudaEventSynchronize(t.start[b]));
+            MVLLM_CUDA_OK(cudaEventElapsedTime(&ms, t.stop[a], t.start[b]));
+            t.gap_ms += ms;
+            ++t.n_gap;
+        }
+    }
 }
 
 void CudaBackend::Impl::evict_graphs(size_t keep) {
@@ -277,8 +290,8 @@ void CudaBackend::set_warming_up(bool on, int32_t context) {
     if (!on && im.graph_timing.enabled) {  // MVLLM_CUDA_STEP_TIMING reports the steps after the warm-up
         im.collect_graph_time();
         Impl::GraphTiming& t = im.graph_timing;
-        t.total_ms = 0;
-        t.n = 0;
+        t.total_ms = t.gap_ms = 0;
+        t.n = t.n_gap = 0;
         t.host_between_s = t.launch_to_result_s = 0;
         t.n_between = t.n_launch_to_result = 0;
         t.synced = {};

@@ -16,28 +16,36 @@ namespace {
 
 bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
-// Reads: table rows ids[row] (quantised, one 32-value chunk per thread). Writes: out row.
+// The vocabulary id of a row: ids[row], or for fed_token(r) (negative) fed[r].
+__device__ __forceinline__ int32_t row_token(const int32_t* ids, const int32_t* fed, int64_t row) {
+    const int32_t id = ids[row];
+    return id < 0 ? fed[-1 - id] : id;
+}
+
+// Reads: table rows row_token(row) (quantised, one 32-value chunk per thread). Writes: out row.
 // Launch: grid (ceil(chunks / 128), n_rows), 128 threads.
 template <DType T>
-__global__ void embed_quant_kernel(QuantMatrix table, const int32_t* ids, void* out, DType out_type, int64_t width) {
+__global__ void embed_quant_kernel(QuantMatrix table, const int32_t* ids, const int32_t* fed, void* out, DType out_type,
+                                   int64_t width) {
     pdl_begin();
     const int64_t c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (c * kChunk >= width) return;
     const int64_t row = blockIdx.x;
     float w[kChunk];
-    dequant_chunk<T>(table, ids[row], c, w);
+    dequant_chunk<T>(table, row_token(ids, fed, row), c, w);
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) store_any(out, out_type, row * width + c * kChunk + i, w[i]);
 }
 
-// Reads: table rows ids[row] (F32/F16/BF16). Writes: out row. Grid (n_rows, ceil(width / 256)).
-__global__ void embed_float_kernel(const void* table, DType table_type, const int32_t* ids, void* out,
-                                   DType out_type, int64_t width) {
+// Reads: table rows row_token(row) (F32/F16/BF16). Writes: out row. Grid (n_rows, ceil(width / 256)).
+__global__ void embed_float_kernel(const void* table, DType table_type, const int32_t* ids, const int32_t* fed,
+                                   void* out, DType out_type, int64_t width) {
     pdl_begin();
     const int64_t i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= width) return;
     const int64_t row = blockIdx.x;
-    store_any(out, out_type, row * width + i, load_any(table, table_type, ids[row] * width + i));
+    const int64_t id = row_token(ids, fed, row);
+    store_any(out, out_type, row * width + i, load_any(table, table_type, id * width + i));
 }
 
 // Reads: x row, weight. Writes: out row. One CTA (rms_threads()) per row.
@@ -217,13 +225,15 @@ __global__ void max_logprob_kernel(const float* x, int64_t width, float* out) {
     }
 }
 
-// out[row] = the index packed in keys[row]. One thread per row.
+// out[row] (and fed[row], when not null) = the index packed in keys[row]. One thread per row.
 // Also resets the keys to zero for the next launch (so no memset precedes the partial kernel).
-__global__ void argmax_finish_kernel(unsigned long long* keys, int32_t* out, int64_t n_rows) {
+__global__ void argmax_finish_kernel(unsigned long long* keys, int32_t* out, int32_t* fed, int64_t n_rows) {
     pdl_begin();
     const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (r >= n_rows) return;
-    out[r] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(keys[r] & 0xFFFFFFFFu));
+    const int32_t id = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(keys[r] & 0xFFFFFFFFu));
+    out[r] = id;
+    if (fed) fed[r] = id;
     keys[r] = 0;
 }
 
@@ -309,19 +319,21 @@ int rms_threads() {
     return threads;
 }
 
-void launch_embed(const TensorView& table, const int32_t* ids, const TensorView& out, cudaStream_t stream) {
+void launch_embed(const TensorView& table, const int32_t* ids, const int32_t* fed, const TensorView& out,
+                  cudaStream_t stream) {
     const int64_t width = table.ne[0];
     const int64_t n_rows = out.ne[1];
     if (n_rows == 0) return;
     MVLLM_CHECK(is_float_type(out.type) && out.ne[0] == width) << "embed output";
     if (is_float_type(table.type)) {
         const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(ceil_div(width, 256)));
-        launch_pdl(embed_float_kernel, grid, 256, 0, stream, table.data, table.type, ids, out.data, out.type, width);
+        launch_pdl(embed_float_kernel, grid, 256, 0, stream, table.data, table.type, ids, fed, out.data, out.type,
+                   width);
     } else {
         const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(ceil_div(width / kChunk, 128)));
         const int64_t n_vocab = table.n_rows();
 #define MVLLM_EMBED(T)                                                                                   \
-    launch_pdl(embed_quant_kernel<T>, grid, 128, 0, stream, quant_matrix<T>(table.data, width, n_vocab), ids, out.data, \
+    launch_pdl(embed_quant_kernel<T>, grid, 128, 0, stream, quant_matrix<T>(table.data, width, n_vocab), ids, fed, out.data, \
                                                     out.type, width)
         switch (table.type) {
             case DType::Q8_0: MVLLM_EMBED(DType::Q8_0); break;
@@ -417,14 +429,14 @@ void launch_convert(const TensorView& src, const TensorView& dst, cudaStream_t s
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
-void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, cudaStream_t stream) {
+void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, int32_t* fed, cudaStream_t stream) {
     MVLLM_CHECK(x.type == DType::F32) << "argmax input " << type_name(x.type);
     const int64_t n_rows = x.ne[1];
     if (n_rows == 0) return;
     const dim3 grid(static_cast<unsigned>(ceil_div(x.ne[0], kArgmaxChunk)), static_cast<unsigned>(n_rows));
     launch_pdl(argmax_partial_kernel, grid, kArgmaxThreads, 0, stream, static_cast<const float*>(x.data), x.ne[0], keys);
     MVLLM_CUDA_LAUNCH_CHECK();
-    launch_pdl(argmax_finish_kernel, static_cast<unsigned>(ceil_div(n_rows, 128)), 128, 0, stream, keys, out, n_rows);
+    launch_pdl(argmax_finish_kernel, static_cast<unsigned>(ceil_div(n_rows, 128)), 128, 0, stream, keys, out, fed, n_rows);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

@@ -15,8 +15,10 @@ namespace mvllm::cuda {
 // other builds.
 size_t step_timeline_dump(const char* path);
 
-// out[i] = table[ids[i]], dequantised (table: any weight type; out: F32/F16/BF16).
-void launch_embed(const TensorView& table, const int32_t* ids, const TensorView& out, cudaStream_t stream);
+// out[i] = table[ids[i]], dequantised (table: any weight type; out: F32/F16/BF16). A negative
+// id is fed_token(r) (kv/batch.h): the id is fed[r] (device, the last argmax's tokens).
+void launch_embed(const TensorView& table, const int32_t* ids, const int32_t* fed, const TensorView& out,
+                  cudaStream_t stream);
 // out = x / rms(x) * weight, per row (weight F32/F16/BF16).
 void launch_rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out,
                      cudaStream_t stream);
@@ -37,8 +39,9 @@ void launch_gather_rows(const TensorView& x, const int32_t* rows, const TensorVi
 void launch_convert(const TensorView& src, const TensorView& dst, cudaStream_t stream);
 // out[r] = argmax of row r of x (F32; first index wins ties). keys: [n_rows] device scratch, zero
 // on entry and left zero. Many CTAs per row merge (value, index) keys with one 64-bit atomicMax
-// each. out may be mapped host memory (the tokens then need no copy after the kernels).
-void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, cudaStream_t stream);
+// each. out may be mapped host memory (the tokens then need no copy after the kernels); fed
+// (device, or null) receives them too, for the embedding of a step queued after this one.
+void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, int32_t* fed, cudaStream_t stream);
 // out[r] = the log-softmax of row r's maximum, -log sum_i exp(x[r][i] - max_r) (F32 x). One CTA
 // per row, one pass (running maximum and rescaled sum per thread, merged at the end).
 void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream);

@@ -1,0 +1,142 @@
+// Fed tokens (kv/batch.h): a decode step that names its token as a row of the previous greedy
+// step, so it can be queued before that token reaches the host. On the CPU backend the decoder
+// substitutes the ids itself; these tests hold that path to the plain one (explicit ids, host
+// argmax) and check that a fed token that cannot be resolved is refused with a clear error.
+#include <algorithm>
+
+#include "golden_util.h"
+
+namespace mvllm::test {
+namespace {
+
+struct Fixture {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<CpuBackend> backend;
+    std::unique_ptr<Decoder> decoder;
+
+    explicit Fixture(const std::string& name) {
+        auto m = load_model(std::string(MVLLM_FIXTURE_DIR) + "/" + name);
+        EXPECT_TRUE(m.is_ok()) << m.status().message();
+        model = std::move(*m);
+        CpuBackendOptions o;
+        o.n_threads = 2;
+        backend = std::make_unique<CpuBackend>(o);
+        auto d = Decoder::create(*model, *backend);
+        EXPECT_TRUE(d.is_ok()) << d.status().message();
+        decoder = std::move(*d);
+    }
+    std::unique_ptr<KvCache> cache(int64_t n_blocks) {
+        auto c = backend->create_kv_cache(decoder->kv_config(n_blocks, 16, DType::F32));
+        EXPECT_TRUE(c.is_ok()) << c.status().message();
+        return std::move(*c);
+    }
+};
+
+std::vector<int32_t> blocks(int32_t first, int32_t n) {
+    std::vector<int32_t> t(n);
+    for (int32_t i = 0; i < n; ++i) t[i] = first + i;
+    return t;
+}
+
+// Two sequences (blocks 0-3 and 4-7) decoding together: a greedy step, then a step whose tokens
+// are fed from it in swapped rows, against the same step with the ids written out.
+TEST(FedTokens, FedStepEqualsStepWithTheIds) {
+    Fixture f("tiny-qwen2");
+    const std::vector<int32_t> prompts[2] = {{3, 17, 42, 8, 99}, {250, 1, 64}};
+    std::vector<float> fed_logits, explicit_logits;
+    for (bool fed : {true, false}) {
+        auto cache = f.cache(8);
+        Batch prefill;
+        for (int s = 0; s < 2; ++s) prefill.add_sequence(prompts[s], 0, blocks(4 * s, 4), true);
+        std::vector<int32_t> first;
+        ASSERT_TRUE(f.decoder->forward_greedy(prefill, *cache, &first).is_ok());
+        ASSERT_EQ(first.size(), 2u);
+        Batch step;  // sequence 1 first: its token is row 1 of the greedy step, sequence 0's row 0
+        for (int s : {1, 0}) {
+            const int32_t token = fed ? fed_token(s) : first[s];
+            step.add_sequence({token}, static_cast<int32_t>(prompts[s].size()), blocks(4 * s, 4), true);
+        }
+        ASSERT_TRUE(f.decoder->forward(step, *cache, fed ? &fed_logits : &explicit_logits).is_ok());
+    }
+    ASSERT_EQ(fed_logits.size(), explicit_logits.size());
+    EXPECT_EQ(fed_logits, explicit_logits);  // the same ids through the same kernels: identical
+}
+
+// SequenceRunner::greedy (each step queued with a fed token) against a loop of explicit steps
+// with the argmax taken on the host from the logits.
+TEST(FedTokens, RunnerGreedyEqualsExplicitSteps) {
+    for (const char* name : {"tiny-qwen2", "tiny-llama"}) {
+        Fixture f(name);
+        const std::vector<int32_t> prompt = {11, 7, 300, 2, 45, 45, 9};
+        const int n = 24;
+        std::vector<int32_t> runner_ids;
+        {
+            auto cache = f.cache(4);
+            SequenceRunner runner(*f.decoder, *cache);
+            ASSERT_TRUE(runner.greedy(prompt, n, &runner_ids).is_ok());
+            EXPECT_EQ(runner.n_cached(), static_cast<int64_t>(prompt.size()) + n - 1);
+        }
+        std::vector<int32_t> explicit_ids;
+        {
+            auto cache = f.cache(4);
+            SequenceRunner runner(*f.decoder, *cache);
+            std::vector<float> logits;
+            ASSERT_TRUE(runner.prefill(prompt, &logits).is_ok());
+            const int64_t n_vocab = f.model->config.n_vocab;
+            for (int i = 0; i < n; ++i) {
+                explicit_ids.push_back(argmax(logits.data(), n_vocab));
+                if (i + 1 < n) {
+                    ASSERT_TRUE(runner.step(explicit_ids.back(), &logits).is_ok());
+                }
+            }
+        }
+        EXPECT_EQ(runner_ids, explicit_ids) << name;
+    }
+}
+
+TEST(FedTokens, UnresolvableFedTokensAreRefused) {
+    Fixture f("tiny-qwen2");
+    auto cache = f.cache(8);
+    std::vector<float> logits;
+    std::vector<int32_t> tokens;
+    auto one = [](int32_t token, int32_t pos) {
+        Batch b;
+        b.add_sequence({token}, pos, blocks(0, 4), true);
+        return b;
+    };
+    Status st = f.decoder->forward(one(fed_token(0), 0), *cache, &logits);
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("without a greedy step"), std::string::npos) << st.message();
+
+    auto t1 = f.decoder->forward_greedy_enqueue(one(5, 0), *cache);
+    ASSERT_TRUE(t1.is_ok()) << t1.status().message();
+    st = f.decoder->forward(one(fed_token(1), 1), *cache, &logits);  // the greedy step had one row
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("row 1"), std::string::npos) << st.message();
+    st = f.decoder->greedy_result(*t1, &tokens, &logits);  // queued without logprobs
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("without logprobs"), std::string::npos) << st.message();
+
+    // Two more greedy steps: the first ticket is no longer kept.
+    auto t2 = f.decoder->forward_greedy_enqueue(one(fed_token(0), 1), *cache);
+    ASSERT_TRUE(t2.is_ok()) << t2.status().message();
+    auto t3 = f.decoder->forward_greedy_enqueue(one(fed_token(0), 2), *cache);
+    ASSERT_TRUE(t3.is_ok()) << t3.status().message();
+    st = f.decoder->greedy_result(*t1, &tokens);
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("not kept"), std::string::npos) << st.message();
+    ASSERT_TRUE(f.decoder->greedy_result(*t2, &tokens).is_ok());
+    ASSERT_TRUE(f.decoder->greedy_result(*t3, &tokens).is_ok());
+
+    // Another decoder's greedy step on the same backend in between: the fed row is not ours.
+    auto other = Decoder::create(*f.model, *f.backend);
+    ASSERT_TRUE(other.is_ok());
+    auto other_cache = f.cache(4);
+    ASSERT_TRUE((*other)->forward_greedy(one(9, 0), *other_cache, &tokens).is_ok());
+    st = f.decoder->forward(one(fed_token(0), 3), *cache, &logits);
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("without a greedy step"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace mvllm::test
