@@ -189,6 +189,9 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     impl->gemm_tuner = std::make_unique<cuda::GemmTuner>(impl->cublas_workspace, Impl::kCublasWorkspaceBytes);
     impl->matmul_scratch.tuner = impl->gemm_tuner.get();
     (void)cuda::gemm_tiles_have_wgmma();  // its one-off probe launch, outside any recorded step
+    // The argmax buffers now, so that steps recorded before the first argmax (a warm-up's) point
+    // at the fed-token copy every later step uses.
+    impl->ensure_argmax(0);
     return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
 }
 
@@ -539,7 +542,7 @@ void CudaBackend::download_kv_layer(KvCache& cache, int32_t layer, void* k_dst, 
 }
 
 void CudaBackend::Impl::ensure_argmax(size_t rows) {
-    if (rows <= argmax_capacity) return;
+    if (argmax_capacity > 0 && rows <= argmax_capacity) return;
     // At least the largest recorded decode batch, so that recorded steps keep their fed pointer.
     const size_t cap = std::max<size_t>(rows, 512), old = argmax_capacity;
     MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no kernel writes the old buffers any more
