@@ -568,6 +568,8 @@ void CudaBackend::Impl::ensure_argmax(size_t rows) {
     }
     argmax_out = out;
     argmax_logprob = logprob;
+    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&argmax_out_dev), out, 0));
+    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&argmax_logprob_dev), logprob, 0));
     argmax_fed = fed;
     argmax_keys = keys;
     argmax_capacity = cap;
@@ -584,13 +586,8 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob) {
     slot.rows = rows;
     slot.logprob = logprob;
     if (rows > 0) {
-        int32_t* out_dev = nullptr;
-        float* logprob_dev = nullptr;
-        MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&out_dev), im.argmax_out + s * im.argmax_capacity, 0));
-        MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&logprob_dev),
-                                               im.argmax_logprob + s * im.argmax_capacity, 0));
-        cuda::launch_argmax(x, im.argmax_keys, out_dev, im.argmax_fed, im.stream);
-        if (logprob) cuda::launch_max_logprob(x, logprob_dev, im.stream);
+        cuda::launch_argmax(x, im.argmax_keys, im.argmax_out_dev + s * im.argmax_capacity, im.argmax_fed, im.stream);
+        if (logprob) cuda::launch_max_logprob(x, im.argmax_logprob_dev + s * im.argmax_capacity, im.stream);
     }
     MVLLM_CUDA_OK(cudaEventRecord(slot.done, im.stream));
     return ticket;

@@ -108,6 +108,8 @@ struct CudaBackend::Impl {
     // keys are device scratch the kernel re-zeroes.
     int32_t* argmax_out = nullptr;          // [2][argmax_capacity], host (mapped)
     float* argmax_logprob = nullptr;        // [2][argmax_capacity], host (mapped): the token's log-softmax
+    int32_t* argmax_out_dev = nullptr;      // the device's addresses of argmax_out, argmax_logprob
+    float* argmax_logprob_dev = nullptr;
     int32_t* argmax_fed = nullptr;          // [argmax_capacity], device: the last enqueued argmax
     unsigned long long* argmax_keys = nullptr;
     size_t argmax_capacity = 0;
