@@ -16,16 +16,20 @@ SequenceRunner::SequenceRunner(Decoder& decoder, KvCache& cache, int32_t prefill
 
 SequenceRunner::~SequenceRunner() { allocator_.release(&block_table_); }
 
-Status SequenceRunner::run(const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>* logits) {
+Result<Batch> SequenceRunner::next_batch(const std::vector<int32_t>& tokens) {
     const int32_t block_size = cache_.config().block_size;
-    const int64_t total = n_cached_ + static_cast<int64_t>(tokens.size());
-    MVLLM_TRY(allocator_.grow(&block_table_, total, block_size));
+    MVLLM_TRY(allocator_.grow(&block_table_, n_cached_ + static_cast<int64_t>(tokens.size()), block_size));
     Batch batch;
     batch.block_size = block_size;
     batch.add_sequence(tokens, static_cast<int32_t>(n_cached_), block_table_, true);
+    return batch;
+}
+
+Status SequenceRunner::run(const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>* logits) {
+    MVLLM_ASSIGN_OR_RETURN(Batch batch, next_batch(tokens));
     if (all_logits) batch.want_all_logits();
     MVLLM_TRY(decoder_.forward(batch, cache_, logits));
-    n_cached_ = total;
+    n_cached_ += static_cast<int64_t>(tokens.size());
     return Status::ok();
 }
 
@@ -49,11 +53,7 @@ Status SequenceRunner::step(int32_t token, std::vector<float>* logits) {
 }
 
 Result<uint64_t> SequenceRunner::enqueue_greedy(int32_t token) {
-    const int32_t block_size = cache_.config().block_size;
-    MVLLM_TRY(allocator_.grow(&block_table_, n_cached_ + 1, block_size));
-    Batch batch;
-    batch.block_size = block_size;
-    batch.add_sequence({token}, static_cast<int32_t>(n_cached_), block_table_, true);
+    MVLLM_ASSIGN_OR_RETURN(const Batch batch, next_batch({token}));
     MVLLM_ASSIGN_OR_RETURN(const uint64_t ticket, decoder_.forward_greedy_enqueue(batch, cache_));
     n_cached_ += 1;
     return ticket;

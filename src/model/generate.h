@@ -39,6 +39,8 @@ public:
                   const std::function<void(int32_t)>& on_token = nullptr);
 
 private:
+    // The batch of `tokens` appended to the sequence (its block table grown to hold them).
+    Result<Batch> next_batch(const std::vector<int32_t>& tokens);
     Status run(const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>* logits);
     // Appends one token (an id, or fed_token(0)) and queues its greedy successor: the ticket.
     Result<uint64_t> enqueue_greedy(int32_t token);
