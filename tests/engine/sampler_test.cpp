@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <numeric>
+#include <set>
 
 #include "engine/stop_strings.h"
 
@@ -108,6 +112,142 @@ TEST(Sampler, DrawIsStableUnderRoundingNoise) {
         differ += draw_token(da, key) != draw_token(db, key);
     }
     EXPECT_LE(differ, 2) << "of " << n << " draws";
+}
+
+// The definitions of sampler.h written the plain way (every token sorted, every weight in double),
+// as the reference for the sampler's fast paths.
+std::vector<std::pair<int32_t, float>> reference_distribution(const std::vector<float>& l, const SamplingParams& p) {
+    const int64_t n = static_cast<int64_t>(l.size());
+    std::vector<int32_t> idx(l.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+    if (p.temperature <= 0 || p.top_k == 1) return {{idx[0], 1.0f}};
+    if (p.top_k > 0 && p.top_k < n) idx.resize(static_cast<size_t>(p.top_k));
+    std::vector<double> w(idx.size());
+    double sum = 0;
+    for (size_t i = 0; i < idx.size(); ++i) sum += w[i] = std::exp((double(l[idx[i]]) - l[idx[0]]) / p.temperature);
+    size_t keep = idx.size();
+    if (p.top_p < 1.0f) {
+        double mass = 0;
+        for (size_t i = 0; i < keep; ++i)
+            if ((mass += w[i] / sum) >= p.top_p) {
+                keep = i + 1;
+                break;
+            }
+    }
+    if (p.min_p > 0.0f) {
+        size_t m = 1;
+        while (m < keep && w[m] >= p.min_p * w[0]) ++m;
+        keep = m;
+    }
+    double kept = 0;
+    for (size_t i = 0; i < keep; ++i) kept += w[i];
+    std::vector<std::pair<int32_t, float>> out(keep);
+    for (size_t i = 0; i < keep; ++i) out[i] = {idx[i], static_cast<float>(w[i] / kept)};
+    return out;
+}
+
+struct Case {
+    const char* name;
+    float temperature, top_p;
+    int32_t top_k;
+    float min_p;
+};
+
+SamplingParams params_of(const Case& c) {
+    SamplingParams p;
+    p.temperature = c.temperature;
+    p.top_p = c.top_p;
+    p.top_k = c.top_k;
+    p.min_p = c.min_p;
+    return p;
+}
+
+const Case kCases[] = {
+    {"temperature 1", 1.0f, 1.0f, 0, 0.0f},        {"hot", 2.5f, 1.0f, 0, 0.0f},
+    {"cold", 0.2f, 1.0f, 0, 0.0f},                 {"top_p 0.9", 0.7f, 0.9f, 0, 0.0f},
+    {"top_p 0.999", 1.0f, 0.999f, 0, 0.0f},        {"top_p tiny", 1.0f, 1e-6f, 0, 0.0f},
+    {"top_k 40", 0.8f, 1.0f, 40, 0.0f},            {"top_k 40 + top_p + min_p", 0.8f, 0.95f, 40, 0.05f},
+    {"min_p 0.1", 1.0f, 1.0f, 0, 0.1f},            {"min_p 1", 1.0f, 1.0f, 0, 1.0f},
+    {"top_p 0.5 + min_p 0.001", 1.3f, 0.5f, 0, 0.001f}, {"top_k beyond the vocabulary", 1.0f, 1.0f, 1 << 30, 0.0f},
+};
+
+// Rows like a model's (a normal body, a few tokens far above it), a flat row, and rows with ties and
+// -inf entries (a logit masked out).
+std::vector<std::vector<float>> test_rows(int64_t n_vocab, uint64_t seed) {
+    std::mt19937_64 gen(seed);
+    std::normal_distribution<float> body(-2.0f, 2.5f);
+    std::uniform_int_distribution<int64_t> pick(0, n_vocab - 1);
+    std::vector<std::vector<float>> rows;
+    std::vector<float> r(static_cast<size_t>(n_vocab));
+    for (float& x : r) x = body(gen);
+    for (int i = 0; i < 30; ++i) r[pick(gen)] = 9.0f + body(gen);
+    rows.push_back(r);
+    for (float& x : r) x = 0.01f * body(gen);
+    rows.push_back(r);
+    for (float& x : r) x = std::round(body(gen));  // many equal logits
+    for (int64_t i = 0; i < n_vocab / 20; ++i) r[pick(gen)] = -std::numeric_limits<float>::infinity();
+    rows.push_back(r);
+    return rows;
+}
+
+// The fast distribution is the reference's: the same tokens in the same order, the same
+// probabilities up to float rounding.
+TEST(Sampler, DistributionEqualsTheReferenceDefinition) {
+    for (const int64_t n_vocab : {int64_t{7}, int64_t{5000}, int64_t{151936}}) {
+        for (const auto& row : test_rows(n_vocab, 11 + n_vocab)) {
+            for (const Case& c : kCases) {
+                const auto want = reference_distribution(row, params_of(c));
+                const auto got = sampling_distribution(row.data(), n_vocab, params_of(c));
+                ASSERT_EQ(got.size(), want.size()) << c.name << ", vocabulary " << n_vocab;
+                for (size_t i = 0; i < got.size(); ++i) {
+                    ASSERT_EQ(got[i].first, want[i].first) << c.name << ", rank " << i;
+                    ASSERT_NEAR(got[i].second, want[i].second, 1e-6 * want[i].second + 1e-12) << c.name << ", rank " << i;
+                }
+            }
+        }
+    }
+}
+
+// sample_token's draw (which neither sorts nor normalises the row) picks what draw_token picks from
+// the reference distribution with the same key, draw after draw.
+TEST(Sampler, DrawEqualsTheRaceOverTheReferenceDistribution) {
+    for (const int64_t n_vocab : {int64_t{7}, int64_t{5000}, int64_t{151936}}) {
+        const int n_draws = n_vocab > 10000 ? 10 : 100;
+        for (const auto& row : test_rows(n_vocab, 5 + n_vocab)) {
+            for (const Case& c : kCases) {
+                const auto dist = reference_distribution(row, params_of(c));
+                std::mt19937_64 rng(17), keys(17);
+                std::set<int32_t> seen;
+                for (int i = 0; i < n_draws; ++i) {
+                    std::vector<float> logits = row;
+                    const int32_t got = sample_token(logits.data(), n_vocab, params_of(c), {}, 0, rng, nullptr);
+                    ASSERT_EQ(got, draw_token(dist, keys())) << c.name << ", vocabulary " << n_vocab << ", draw " << i;
+                    seen.insert(got);
+                }
+                if (dist.size() > 5 && dist[0].second < 0.5f) EXPECT_GT(seen.size(), 1u) << c.name;  // really drawn
+            }
+        }
+    }
+}
+
+TEST(Sampler, LogprobsEqualTheReferenceOnALargeRow) {
+    const int64_t n_vocab = 151936;
+    for (const auto& row : test_rows(n_vocab, 3)) {
+        double max = -std::numeric_limits<double>::infinity(), sum = 0;
+        for (const float x : row) max = std::max<double>(max, x);
+        for (const float x : row) sum += std::exp(double(x) - max);
+        const double log_z = max + std::log(sum);
+        TokenLogprob lp;
+        token_logprob(row.data(), n_vocab, 1234, 20, &lp);
+        EXPECT_NEAR(lp.logprob, row[1234] - log_z, 1e-5);
+        const auto top = reference_distribution(row, SamplingParams{.temperature = 1.0f, .top_k = 20});
+        ASSERT_EQ(lp.top.size(), 20u);
+        for (size_t i = 0; i < 20; ++i) {
+            EXPECT_EQ(lp.top[i].first, top[i].first) << "rank " << i;
+            EXPECT_NEAR(lp.top[i].second, row[top[i].first] - log_z, 1e-5) << "rank " << i;
+        }
+    }
 }
 
 TEST(Sampler, Logprobs) {

@@ -68,7 +68,9 @@ Loaded& random_draft() {
         const std::string path = temp_path("random_draft.gguf");
         ThreadPool pool(1);
         MVLLM_CHECK(make_random_model(c, path, FileType::Q8_0, 77, pool).is_ok());
-        return load(path);
+        Loaded loaded = load(path);
+        std::filesystem::remove(path);  // loaded: the file is no longer needed (nor left in the temp folder)
+        return loaded;
     }();
     return l;
 }
@@ -79,7 +81,9 @@ Loaded& quantised_draft() {
         const std::string path = temp_path("q4_draft.gguf");
         ThreadPool pool(1);
         MVLLM_CHECK(convert_model(*tiny().model, path, FileType::Q4_0, pool).is_ok());
-        return load(path);
+        Loaded loaded = load(path);
+        std::filesystem::remove(path);
+        return loaded;
     }();
     return l;
 }
