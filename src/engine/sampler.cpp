@@ -1,5 +1,7 @@
 #include "engine/sampler.h"
 
+#include "core/race.h"
+
 #include <algorithm>
 #include <cstring>
 #include <cmath>
@@ -29,149 +31,12 @@ void apply_penalties(float* logits, int64_t n_vocab, const SamplingParams& param
 }
 
 // How the sampler stays fast on a vocabulary of 150K tokens: nothing sorts or exponentiates the
-// whole row in double. A row is scanned a few times with cheap float work (the max; float weights
-// from exp_nonpositive, whose loops vectorise; a threshold filter); only the few tokens that can
-// matter (the head that top_k / top_p / min_p keep, the tokens that could still win the race) get
-// the exact double arithmetic of the definitions in sampler.h.
+// whole row in double. A row is scanned a few times with cheap float work (core/race.h: the max,
+// float weights, threshold sums); only the few tokens that can matter (the head that top_k / top_p
+// / min_p keep, the tokens that could still win the race) get the exact double arithmetic of the
+// definitions in sampler.h. Without top_k and top_p the draw is core's race_row, which backends
+// that pick tokens themselves (TokenDraw) implement too.
 namespace {
-
-// Row kernels on 4-float vectors (GCC's vector extension: SSE2 on any x86-64, NEON on ARM), since
-// the compiler does not vectorise these loops from scalar code (the clamp below becomes a branch).
-using F4 = float __attribute__((vector_size(16)));
-using I4 = int32_t __attribute__((vector_size(16)));
-
-F4 load4(const float* p) {
-    F4 v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-
-// exp(x + x_lo) for x <= 0, x_lo a small correction (the rounding error of x, or 0): Cody-Waite
-// reduction x = n ln2 + r, |r| <= ln2 / 2, and a degree-7 Taylor polynomial for e^r (truncation
-// error 5e-9; with the rounding of the float steps, ~1-2 ulp in all for x >= -87). Smaller x give
-// e^-87 ~ 1.6e-38, not a smaller value or 0. The scalar form runs the same operations as one lane.
-F4 exp_nonpositive(F4 x, F4 x_lo = F4{}) {
-    x = x < -87.0f ? F4{} - 87.0f : x;
-    const I4 i = __builtin_convertvector(0.5f - x * 1.44269504f, I4);  // n = -i = round(x / ln2)
-    const F4 n = __builtin_convertvector(-i, F4);
-    const F4 r = ((x - n * 0.693145752f) - n * 1.42860677e-6f) + x_lo;  // ln2 in two parts
-    F4 p = F4{} + 1.0f / 5040;
-    p = p * r + 1.0f / 720;
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    return p * reinterpret_cast<F4>((127 - i) << 23);
-}
-// exp(a - b), with the rounding error of the float subtraction carried into the polynomial
-// (Knuth's two-sum), so that a large |a - b| does not cost accuracy.
-F4 exp_of_difference(F4 a, float b) {
-    a = a < b - 87.0f ? F4{} + (b - 87.0f) : a;  // -inf and other underflows: finite, as exp_nonpositive
-    const F4 d = a - b, a_back = d + b, b_back = a_back - d;
-    return exp_nonpositive(d, (a - a_back) + (b_back - b));
-}
-float exp_nonpositive(float x) { return exp_nonpositive(F4{} + x)[0]; }
-
-// The factor by which an exp_nonpositive weight may fall short of exp() of the same logits: its
-// own error, and that of the float product (logit - max) * (1 / T) it is given (|x| <= 87 there).
-constexpr double kWeightSlack = 1.0 + 1e-4;
-
-float max_logit(const float* logits, int64_t n) {
-    const float inf = std::numeric_limits<float>::infinity();
-    F4 m4 = F4{} - inf;
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const F4 x = load4(logits + i);
-        m4 = x > m4 ? x : m4;
-    }
-    float m = -inf;
-    for (int j = 0; j < 4; ++j) m = m4[j] > m ? m4[j] : m;
-    for (; i < n; ++i) m = logits[i] > m ? logits[i] : m;
-    return m;
-}
-
-int32_t argmax_row(const float* logits, int64_t n_vocab) {
-    const float m = max_logit(logits, n_vocab);
-    for (int64_t i = 0; i < n_vocab; ++i)
-        if (logits[i] == m) return static_cast<int32_t>(i);
-    return 0;  // every logit NaN
-}
-
-// Sum of w[i] = exp((logits[i] - max) * inv_t) (exp_nonpositive), stored to w when it is not null;
-// float partial sums per lane, added in double every 1,024 values.
-double row_weights(const float* logits, int64_t n, float max, float inv_t, float* w) {
-    double sum = 0;
-    int64_t i = 0;
-    while (i + 8 <= n) {
-        F4 part0{}, part1{};  // two chains, so that the adds do not wait on each other
-        for (const int64_t end = std::min(n, i + 1024); i + 8 <= end; i += 8) {
-            const F4 e0 = exp_nonpositive((load4(logits + i) - max) * inv_t);
-            const F4 e1 = exp_nonpositive((load4(logits + i + 4) - max) * inv_t);
-            if (w) {
-                std::memcpy(w + i, &e0, sizeof e0);
-                std::memcpy(w + i + 4, &e1, sizeof e1);
-            }
-            part0 += e0;
-            part1 += e1;
-        }
-        const F4 part = part0 + part1;
-        sum += double(part[0]) + part[1] + part[2] + part[3];
-    }
-    for (; i < n; ++i) {
-        const float e = exp_nonpositive((logits[i] - max) * inv_t);
-        if (w) w[i] = e;
-        sum += e;
-    }
-    return sum;
-}
-
-// The sum of the weights >= tau.
-double mass_at_least(const float* w, int64_t n, float tau) {
-    double sum = 0;
-    int64_t i = 0;
-    while (i + 4 <= n) {
-        F4 part{};
-        for (const int64_t end = std::min(n, i + 1024); i + 4 <= end; i += 4) {
-            const F4 x = load4(w + i);
-            part += x >= tau ? x : F4{};
-        }
-        sum += double(part[0]) + part[1] + part[2] + part[3];
-    }
-    for (; i < n; ++i) sum += w[i] >= tau ? w[i] : 0.0f;
-    return sum;
-}
-
-// The sum of the weights w[i] of the tokens whose logit is below floor.
-double weight_below(const float* logits, const float* w, int64_t n, float floor) {
-    double sum = 0;
-    int64_t i = 0;
-    while (i + 4 <= n) {
-        F4 part{};
-        for (const int64_t end = std::min(n, i + 1024); i + 4 <= end; i += 4)
-            part += load4(logits + i) < floor ? load4(w + i) : F4{};
-        sum += double(part[0]) + part[1] + part[2] + part[3];
-    }
-    for (; i < n; ++i) sum += logits[i] < floor ? w[i] : 0.0f;
-    return sum;
-}
-
-// The sum of exp(logits[i] - max) (exp_nonpositive) over the tokens whose logit is below cut.
-double weight_below_exp(const float* logits, int64_t n, float max, float cut) {
-    double sum = 0;
-    int64_t i = 0;
-    while (i + 4 <= n) {
-        F4 part{};
-        for (const int64_t end = std::min(n, i + 1024); i + 4 <= end; i += 4) {
-            const F4 x = load4(logits + i);
-            part += x < cut ? exp_of_difference(x, max) : F4{};
-        }
-        sum += double(part[0]) + part[1] + part[2] + part[3];
-    }
-    for (; i < n; ++i) sum += logits[i] < cut ? exp_of_difference(F4{} + logits[i], max)[0] : 0.0f;
-    return sum;
-}
 
 // Sorting order of the kept tokens: logit descending, then token id ascending.
 struct ByLogit {
@@ -188,8 +53,8 @@ std::vector<int32_t> tokens_at_least(const float* logits, int64_t n, float floor
     return idx;
 }
 
-// The k first tokens in ByLogit order (all n, sorted, when k >= n): one pass that keeps a buffer of candidates at
-// or above the k-th best logit seen so far, trimmed to k whenever it holds 4 k.
+// The k first tokens in ByLogit order (all n, sorted, when k >= n): one pass that keeps a buffer
+// of candidates at or above the k-th best logit seen so far, trimmed to k whenever it holds 4 k.
 std::vector<int32_t> top_k_tokens(const float* logits, int64_t n, int64_t k) {
     const ByLogit by{logits};
     if (k >= n) return tokens_at_least(logits, n, -std::numeric_limits<float>::infinity());
@@ -212,43 +77,6 @@ std::vector<int32_t> top_k_tokens(const float* logits, int64_t n, int64_t k) {
     std::sort(idx.begin(), idx.end(), by);
     return idx;
 }
-
-// SplitMix64's finaliser: a counter-based generator, one independent 64-bit value per input.
-uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-// A uniform in (0, 1) from the top 53 bits of h (never 0 or 1).
-double uniform_of(uint64_t h) { return (static_cast<double>(h >> 11) + 0.5) * 0x1.0p-53; }
-
-// Token t's uniform for a draw keyed by key: uniform_of(mix64(key ^ mix64(t))).
-double race_uniform(uint64_t key, int32_t t) { return uniform_of(mix64(key ^ mix64(static_cast<uint64_t>(t)))); }
-
-// mix64(t) for t < n (a table per thread, grown to the largest vocabulary seen).
-const uint64_t* token_hashes(int64_t n) {
-    thread_local std::vector<uint64_t> table;
-    for (int64_t t = static_cast<int64_t>(table.size()); t < n; ++t) table.push_back(mix64(static_cast<uint64_t>(t)));
-    return table.data();
-}
-
-// The exponential race over (token, weight) pairs: the winner is argmax w / E, E = -log(u) from
-// race_uniform. Weights need not be normalised (scaling them all changes no comparison).
-struct Race {
-    uint64_t key;
-    int32_t best = -1;
-    double best_score = -1;
-    void enter(int32_t t, double w, double u) {
-        const double score = w / -std::log(u);
-        if (score > best_score) {
-            best_score = score;
-            best = t;
-        }
-    }
-    void enter(int32_t t, double w) { enter(t, w, race_uniform(key, t)); }
-};
 
 // The tokens a sampled draw keeps (top_k, top_p, min_p) in ByLogit order with their exact weights
 // exp((l - max) / T) in double; empty when nothing is truncated (every token is kept). weights_sum
@@ -275,18 +103,21 @@ Kept kept_tokens(const float* logits, int64_t n_vocab, const SamplingParams& par
         // Candidates: at or above min_p's floor (p >= min_p p_max, i.e. w >= min_p, since the top
         // token's weight is 1), and, for top_p, enough of the head to hold top_p of the mass.
         float floor = -std::numeric_limits<float>::infinity();
-        if (params.min_p > 0.0f)
-            floor = static_cast<float>(max + params.temperature * std::log(params.min_p) - 1e-3 * (1.0 + std::fabs(max)));
+        // Floors in logits sit 1e-3 (1 + |max|) below the exact one: the cuts below are exact.
+        const double margin = 1e-3 * (1.0 + std::fabs(max));
+        if (params.min_p > 0.0f) floor = static_cast<float>(max + params.temperature * std::log(params.min_p) - margin);
         if (params.top_p < 1.0f) {
             scratch->resize(static_cast<size_t>(n_vocab));
             float* w = scratch->data();
             k.weights_sum = row_weights(logits, n_vocab, max, static_cast<float>(inv_t), w);
-            // The head's weight floor: halve it until the tokens above it hold top_p of the mass
-            // (with room for the float weights' error), or until the min_p floor is the lower one.
+            // The head's weight floor tau: lowered (x 1/4, then squared below 1e-4) until the tokens
+            // above it hold top_p of the mass (with room for the float weights' error), or until
+            // the min_p floor is the higher one.
             const double need = params.top_p * k.weights_sum * kWeightSlack;
             for (float tau = 0.5f;; tau *= tau < 1e-4f ? tau : 0.25f) {
-                const double mass = mass_at_least(w, n_vocab, tau);
-                const float head_floor = tau > 1e-30f ? max + static_cast<float>(params.temperature * std::log(tau)) - 1e-3f * (1.0f + std::fabs(max)) : -std::numeric_limits<float>::infinity();
+                const double mass = sum_at_least(w, n_vocab, tau);
+                const float head_floor = tau > 1e-30f ? static_cast<float>(max + params.temperature * std::log(tau) - margin)
+                                                      : -std::numeric_limits<float>::infinity();
                 if (mass >= need || head_floor <= floor || tau <= 1e-30f) {
                     floor = std::max(floor, head_floor);
                     break;
@@ -298,7 +129,7 @@ Kept kept_tokens(const float* logits, int64_t n_vocab, const SamplingParams& par
         if (params.top_p < 1.0f) {
             // The normaliser again, from the candidates' exact weights and the float weights of the
             // rest only, so that its error is that of the tail (it decides where the head ends).
-            k.weights_sum = weight_below(logits, scratch->data(), n_vocab, floor);
+            k.weights_sum = sum_where_below(logits, scratch->data(), n_vocab, floor);
             for (const double w : k.weights) k.weights_sum += w;
         }
     }
@@ -324,38 +155,15 @@ Kept kept_tokens(const float* logits, int64_t n_vocab, const SamplingParams& par
     return k;
 }
 
-}  // namespace
-
-namespace {
-
-// The race over every token (nothing truncated), without the exact arithmetic for the tokens that
-// cannot win: E = -log(u) >= 1 - u, so when (1 - u) * best_score >= an upper bound of w, w / E <=
-// best_score. The top token enters first, so the bound is tight from the start; the exact weight
-// and logarithm are then computed for a handful of tokens per draw.
-int32_t race_all(const float* logits, int64_t n_vocab, float max, double inv_t, uint64_t key) {
-    auto exact = [&](int32_t t) { return std::exp((static_cast<double>(logits[t]) - max) * inv_t); };
-    thread_local std::vector<float> bound;
-    bound.resize(static_cast<size_t>(n_vocab));
-    row_weights(logits, n_vocab, max, static_cast<float>(inv_t), bound.data());
-    const uint64_t* token_hash = token_hashes(n_vocab);
-    const int32_t top = argmax_row(logits, n_vocab);
-    Race race{key};
-    race.enter(top, exact(top));
-    for (int64_t i = 0; i < n_vocab; ++i) {
-        const double u = uniform_of(mix64(key ^ token_hash[i]));
-        if ((1.0 - u) * race.best_score >= bound[i] * kWeightSlack || i == top) continue;
-        race.enter(static_cast<int32_t>(i), exact(static_cast<int32_t>(i)), u);
-    }
-    return race.best;
-}
-
 // A sampled draw (temperature > 0): the race over the tokens kept_tokens keeps, or over all.
 int32_t draw_sampled(const float* logits, int64_t n_vocab, const SamplingParams& params, uint64_t key) {
-    const float max = max_logit(logits, n_vocab);
-    if (!std::isfinite(max)) return argmax_row(logits, n_vocab);
+    const bool top_k = params.top_k > 0 && params.top_k < n_vocab;
+    if (!top_k && params.top_p >= 1.0f)  // what a backend may draw itself (TokenDraw)
+        return race_row(logits, n_vocab, params.temperature, params.min_p, key);
+    const float max = row_max(logits, n_vocab);
+    if (!std::isfinite(max)) return row_argmax(logits, n_vocab);
     thread_local std::vector<float> scratch;
     const Kept k = kept_tokens(logits, n_vocab, params, max, &scratch);
-    if (k.tokens.empty()) return race_all(logits, n_vocab, max, 1.0 / params.temperature, key);
     Race race{key};
     for (size_t i = 0; i < k.tokens.size(); ++i) race.enter(k.tokens[i], k.weights[i]);
     return race.best;
@@ -364,14 +172,14 @@ int32_t draw_sampled(const float* logits, int64_t n_vocab, const SamplingParams&
 }  // namespace
 
 void token_logprob(const float* logits, int64_t n_vocab, int32_t token, int32_t n_top, TokenLogprob* out) {
-    const float max = max_logit(logits, n_vocab);
+    const float max = row_max(logits, n_vocab);
     // sum_i exp(l_i - max) in double (as Backend::argmax_rows computes it for the greedy path):
     // exactly for the terms within 4 of the max, to 1-2 ulp for the rest (exp_of_difference), each
     // below e^-4 of the largest term, so that the float result rarely differs in its last bit.
     double sum = 0;
     if (std::isfinite(max)) {
         const float cut = max - 4.0f;
-        sum = weight_below_exp(logits, n_vocab, max, cut);
+        sum = exp_sum_below(logits, n_vocab, max, cut);
         for (int64_t i = 0; i < n_vocab; ++i)
             if (logits[i] >= cut) sum += std::exp(double(logits[i]) - max);
     } else {
@@ -402,9 +210,9 @@ int32_t draw_token(const std::vector<std::pair<int32_t, float>>& dist, uint64_t 
 
 std::vector<std::pair<int32_t, float>> sampling_distribution(const float* logits, int64_t n_vocab,
                                                              const SamplingParams& params) {
-    const float max = max_logit(logits, n_vocab);
+    const float max = row_max(logits, n_vocab);
     if (params.temperature <= 0.0f || params.top_k == 1 || !std::isfinite(max))
-        return {{argmax_row(logits, n_vocab), 1.0f}};
+        return {{row_argmax(logits, n_vocab), 1.0f}};
     thread_local std::vector<float> scratch;
     Kept k = kept_tokens(logits, n_vocab, params, max, &scratch);
     if (k.tokens.empty()) {  // nothing truncated: every token, in ByLogit order
@@ -425,7 +233,7 @@ int32_t sample_token(float* logits, int64_t n_vocab, const SamplingParams& param
     apply_penalties(logits, n_vocab, params, tokens, n_prompt);
     int32_t token;
     if (params.temperature <= 0.0f || params.top_k == 1) {
-        token = argmax_row(logits, n_vocab);
+        token = row_argmax(logits, n_vocab);
     } else {
         token = draw_sampled(logits, n_vocab, params, rng());
     }

@@ -169,7 +169,8 @@ const Case kCases[] = {
     {"top_p 0.999", 1.0f, 0.999f, 0, 0.0f},        {"top_p tiny", 1.0f, 1e-6f, 0, 0.0f},
     {"top_k 40", 0.8f, 1.0f, 40, 0.0f},            {"top_k 40 + top_p + min_p", 0.8f, 0.95f, 40, 0.05f},
     {"min_p 0.1", 1.0f, 1.0f, 0, 0.1f},            {"min_p 1", 1.0f, 1.0f, 0, 1.0f},
-    {"top_p 0.5 + min_p 0.001", 1.3f, 0.5f, 0, 0.001f}, {"top_k beyond the vocabulary", 1.0f, 1.0f, 1 << 30, 0.0f},
+    {"top_p 0.5 + min_p 0.001", 1.3f, 0.5f, 0, 0.001f},
+    {"top_k beyond the vocabulary", 1.0f, 1.0f, 1 << 30, 0.0f},
 };
 
 // Rows like a model's (a normal body, a few tokens far above it), a flat row, and rows with ties and
@@ -202,7 +203,8 @@ TEST(Sampler, DistributionEqualsTheReferenceDefinition) {
                 ASSERT_EQ(got.size(), want.size()) << c.name << ", vocabulary " << n_vocab;
                 for (size_t i = 0; i < got.size(); ++i) {
                     ASSERT_EQ(got[i].first, want[i].first) << c.name << ", rank " << i;
-                    ASSERT_NEAR(got[i].second, want[i].second, 1e-6 * want[i].second + 1e-12) << c.name << ", rank " << i;
+                    ASSERT_NEAR(got[i].second, want[i].second, 1e-6 * want[i].second + 1e-12)
+                        << c.name << ", rank " << i;
                 }
             }
         }
@@ -225,7 +227,9 @@ TEST(Sampler, DrawEqualsTheRaceOverTheReferenceDistribution) {
                     ASSERT_EQ(got, draw_token(dist, keys())) << c.name << ", vocabulary " << n_vocab << ", draw " << i;
                     seen.insert(got);
                 }
-                if (dist.size() > 5 && dist[0].second < 0.5f) EXPECT_GT(seen.size(), 1u) << c.name;  // really drawn
+                if (dist.size() > 5 && dist[0].second < 0.5f) {
+                    EXPECT_GT(seen.size(), 1u) << c.name;  // really drawn
+                }
             }
         }
     }
@@ -241,7 +245,9 @@ TEST(Sampler, LogprobsEqualTheReferenceOnALargeRow) {
         TokenLogprob lp;
         token_logprob(row.data(), n_vocab, 1234, 20, &lp);
         EXPECT_NEAR(lp.logprob, row[1234] - log_z, 1e-5);
-        const auto top = reference_distribution(row, SamplingParams{.temperature = 1.0f, .top_k = 20});
+        SamplingParams top20;
+        top20.top_k = 20;
+        const auto top = reference_distribution(row, top20);
         ASSERT_EQ(lp.top.size(), 20u);
         for (size_t i = 0; i < 20; ++i) {
             EXPECT_EQ(lp.top[i].first, top[i].first) << "rank " << i;

@@ -1,0 +1,196 @@
+#include "core/race.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace mvllm {
+namespace {
+
+// Row kernels on 4-float vectors (GCC's vector extension: SSE2 on any x86-64, NEON on ARM), since
+// the compiler does not vectorise these loops from scalar code (the clamp below becomes a branch).
+using F4 = float __attribute__((vector_size(16)));
+using I4 = int32_t __attribute__((vector_size(16)));
+
+F4 load4(const float* p) {
+    F4 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// exp(x + x_lo) for x <= 0, x_lo a small correction (the rounding error of x, or 0): Cody-Waite
+// reduction x = n ln2 + r, |r| <= ln2 / 2, and a degree-7 Taylor polynomial for e^r (truncation
+// error 5e-9; with the rounding of the float steps, ~1-2 ulp in all for x >= -87). Smaller x give
+// e^-87 ~ 1.6e-38, not a smaller value or 0. The scalar form runs the same operations as one lane.
+F4 exp4(F4 x, F4 x_lo = F4{}) {
+    x = x < -87.0f ? F4{} - 87.0f : x;
+    const I4 i = __builtin_convertvector(0.5f - x * 1.44269504f, I4);  // n = -i = round(x / ln2)
+    const F4 n = __builtin_convertvector(-i, F4);
+    const F4 r = ((x - n * 0.693145752f) - n * 1.42860677e-6f) + x_lo;  // ln2 in two parts
+    F4 p = F4{} + 1.0f / 5040;
+    p = p * r + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    return p * reinterpret_cast<F4>((127 - i) << 23);
+}
+
+// exp(a - b), with the rounding error of the float subtraction carried into the polynomial
+// (Knuth's two-sum), so that a large |a - b| does not cost accuracy.
+F4 exp4_of_difference(F4 a, float b) {
+    a = a < b - 87.0f ? F4{} + (b - 87.0f) : a;  // -inf and other underflows: finite, as exp4
+    const F4 d = a - b, a_back = d + b, b_back = a_back - d;
+    return exp4(d, (a - a_back) + (b_back - b));
+}
+
+double lanes(F4 v) { return double(v[0]) + v[1] + v[2] + v[3]; }
+
+// sum over i of f(i) (an F4 of values i..i+3), float partial sums per lane added in double every
+// 1,024 values; the tail (n % 4 values) through tail(i).
+template <typename F, typename T>
+double row_sum(int64_t n, F f, T tail) {
+    double sum = 0;
+    int64_t i = 0;
+    while (i + 4 <= n) {
+        F4 part{};
+        for (const int64_t end = std::min(n, i + 1024); i + 4 <= end; i += 4) part += f(i);
+        sum += lanes(part);
+    }
+    for (; i < n; ++i) sum += tail(i);
+    return sum;
+}
+
+// mix64(t) for t < n (a table per thread, grown to the largest vocabulary seen).
+const uint64_t* token_hashes(int64_t n) {
+    thread_local std::vector<uint64_t> table;
+    for (int64_t t = static_cast<int64_t>(table.size()); t < n; ++t) table.push_back(mix64(static_cast<uint64_t>(t)));
+    return table.data();
+}
+
+}  // namespace
+
+float exp_nonpositive(float x) { return exp4(F4{} + x)[0]; }
+
+float row_max(const float* x, int64_t n) {
+    const float inf = std::numeric_limits<float>::infinity();
+    F4 m4 = F4{} - inf;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const F4 v = load4(x + i);
+        m4 = v > m4 ? v : m4;
+    }
+    float m = -inf;
+    for (int j = 0; j < 4; ++j) m = m4[j] > m ? m4[j] : m;
+    for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+int32_t row_argmax(const float* x, int64_t n) {
+    const float m = row_max(x, n);
+    for (int64_t i = 0; i < n; ++i)
+        if (x[i] == m) return static_cast<int32_t>(i);
+    return 0;
+}
+
+double row_weights(const float* x, int64_t n, float max, float inv_t, float* w) {
+    double sum = 0;
+    int64_t i = 0;
+    while (i + 8 <= n) {
+        F4 part0{}, part1{};  // two chains, so that the adds do not wait on each other
+        for (const int64_t end = std::min(n, i + 1024); i + 8 <= end; i += 8) {
+            const F4 e0 = exp4((load4(x + i) - max) * inv_t);
+            const F4 e1 = exp4((load4(x + i + 4) - max) * inv_t);
+            if (w) {
+                std::memcpy(w + i, &e0, sizeof e0);
+                std::memcpy(w + i + 4, &e1, sizeof e1);
+            }
+            part0 += e0;
+            part1 += e1;
+        }
+        sum += lanes(part0 + part1);
+    }
+    for (; i < n; ++i) {
+        const float e = exp_nonpositive((x[i] - max) * inv_t);
+        if (w) w[i] = e;
+        sum += e;
+    }
+    return sum;
+}
+
+double sum_at_least(const float* w, int64_t n, float tau) {
+    return row_sum(
+        n,
+        [&](int64_t i) {
+            const F4 v = load4(w + i);
+            return v >= tau ? v : F4{};
+        },
+        [&](int64_t i) { return w[i] >= tau ? w[i] : 0.0f; });
+}
+
+double sum_where_below(const float* x, const float* w, int64_t n, float floor) {
+    return row_sum(
+        n, [&](int64_t i) { return load4(x + i) < floor ? load4(w + i) : F4{}; },
+        [&](int64_t i) { return x[i] < floor ? w[i] : 0.0f; });
+}
+
+double exp_sum_below(const float* x, int64_t n, float max, float cut) {
+    return row_sum(
+        n,
+        [&](int64_t i) {
+            const F4 v = load4(x + i);
+            return v < cut ? exp4_of_difference(v, max) : F4{};
+        },
+        [&](int64_t i) { return x[i] < cut ? exp4_of_difference(F4{} + x[i], max)[0] : 0.0f; });
+}
+
+void Race::enter(int32_t t, double w, double u) {
+    const double score = w / -std::log(u);
+    if (score > best_score) {
+        best_score = score;
+        best = t;
+    }
+}
+
+// The race over a whole row without the exact arithmetic for the tokens that cannot win:
+// E = -log(u) >= 1 - u, so when (1 - u) * best_score >= an upper bound of w, w / E <= best_score.
+// The top token enters first, so the bound is tight from the start, and only a handful of tokens
+// per draw get the exact double weight (and min_p's test on it) and the logarithm.
+int32_t race_row(const float* logits, int64_t n, float temperature, float min_p, uint64_t key) {
+    const float max = row_max(logits, n);
+    if (!std::isfinite(max)) return row_argmax(logits, n);
+    const double inv_t = 1.0 / temperature;
+    auto exact = [&](int64_t t) { return std::exp((static_cast<double>(logits[t]) - max) * inv_t); };
+    // Upper bounds of the weights: one vectorised pass over the row, or per token after min_p's
+    // floor has dropped most of them.
+    thread_local std::vector<float> bound;
+    const float inv_t_f = static_cast<float>(inv_t);
+    if (min_p <= 0.0f) {
+        bound.resize(static_cast<size_t>(n));
+        row_weights(logits, n, max, inv_t_f, bound.data());
+    }
+    const uint64_t* token_hash = token_hashes(n);
+    const int32_t top = row_argmax(logits, n);
+    // min_p's floor in logits, a little low (the exact test on w is below): the rest is skipped
+    // before its hash.
+    const float floor = min_p > 0.0f ? static_cast<float>(max + temperature * std::log(double(min_p)) -
+                                                          1e-3 * (1.0 + std::fabs(max)))
+                                     : -std::numeric_limits<float>::infinity();
+    Race race{key};
+    race.enter(top, 1.0);
+    for (int64_t i = 0; i < n; ++i) {
+        if (!(logits[i] >= floor)) continue;
+        const double u = uniform_of(mix64(key ^ token_hash[i]));
+        const float w_bound = min_p <= 0.0f ? bound[i] : exp_nonpositive((logits[i] - max) * inv_t_f);
+        if ((1.0 - u) * race.best_score >= w_bound * kWeightSlack || i == top) continue;
+        const double w = exact(i);
+        if (w >= min_p) race.enter(static_cast<int32_t>(i), w, u);
+    }
+    return race.best;
+}
+
+}  // namespace mvllm
