@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/race.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kv/batch.h"
@@ -156,12 +157,20 @@ public:
     // Greedy sampling: dst[r] = the first index of the maximum of row r of an F32 tensor and,
     // when logprob is not null, logprob[r] = that token's log-softmax, x[r][dst[r]] - log sum_i
     // exp x[r][i] (here in double, as the engine's sampler computes it for other requests).
-    virtual void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr) {
+    // With draws (one per row, or null), a row whose draws[r].temperature > 0 is instead the draw
+    // of race_row (core/race.h) with that temperature, min_p and key; such rows have no logprob.
+    virtual void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr,
+                             const TokenDraw* draws = nullptr) {
         std::vector<float> host(static_cast<size_t>(x.n_elements()));
         to_host(x, host.data());
         const int64_t width = x.ne[0];
         for (int64_t r = 0; r < x.n_rows(); ++r) {
             const float* row = host.data() + r * width;
+            if (draws && draws[r].temperature > 0.0f) {
+                MVLLM_CHECK(logprob == nullptr) << "a drawn token has no greedy logprob";
+                dst[r] = race_row(row, width, draws[r].temperature, draws[r].min_p, draws[r].key);
+                continue;
+            }
             dst[r] = static_cast<int32_t>(std::max_element(row, row + width) - row);
             if (logprob == nullptr) continue;
             const float max = row[dst[r]];
@@ -175,13 +184,14 @@ public:
     // next step before this one's tokens reach the host. argmax_enqueue starts the greedy tokens
     // (and, with `logprob`, their log-softmax) of x's rows and returns a ticket (1, 2, ...);
     // argmax_result waits for a ticket's results. The last two tickets stay readable: a caller
-    // reads ticket t before it enqueues t + 2. The defaults compute at once on the host.
-    virtual uint64_t argmax_enqueue(const TensorView& x, bool logprob) {
+    // reads ticket t before it enqueues t + 2. The defaults compute at once on the host. draws:
+    // as argmax_rows (the drawn rows' ids are fed tokens like the greedy ones).
+    virtual uint64_t argmax_enqueue(const TensorView& x, bool logprob, const TokenDraw* draws = nullptr) {
         HostGreedy& r = host_greedy_[next_argmax_ticket() % 2];
         r.ticket = last_argmax_ticket();
         r.tokens.resize(static_cast<size_t>(x.ne[1]));
         r.logprobs.resize(logprob ? r.tokens.size() : 0);
-        if (!r.tokens.empty()) argmax_rows(x, r.tokens.data(), logprob ? r.logprobs.data() : nullptr);
+        if (!r.tokens.empty()) argmax_rows(x, r.tokens.data(), logprob ? r.logprobs.data() : nullptr, draws);
         return r.ticket;
     }
     virtual void argmax_result(uint64_t ticket, int32_t* dst, float* logprob) {

@@ -12,6 +12,13 @@
 
 #include <cstdint>
 
+// mix64, uniform_of and race_uniform also compile for the device (the CUDA backend's draw).
+#if defined(__CUDACC__)
+#define MVLLM_HOST_DEVICE __host__ __device__
+#else
+#define MVLLM_HOST_DEVICE
+#endif
+
 namespace mvllm {
 
 // How a backend picks a row's token: the argmax when temperature is 0, otherwise race_row.
@@ -22,16 +29,16 @@ struct TokenDraw {
 };
 
 // SplitMix64's finaliser: a counter-based generator, one independent 64-bit value per input.
-constexpr uint64_t mix64(uint64_t x) {
+MVLLM_HOST_DEVICE constexpr uint64_t mix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
     return x ^ (x >> 31);
 }
 // A uniform in (0, 1) from the top 53 bits of h (never 0 or 1).
-constexpr double uniform_of(uint64_t h) { return (static_cast<double>(h >> 11) + 0.5) * 0x1.0p-53; }
+MVLLM_HOST_DEVICE constexpr double uniform_of(uint64_t h) { return (static_cast<double>(h >> 11) + 0.5) * 0x1.0p-53; }
 // Token t's uniform for a draw keyed by key.
-constexpr double race_uniform(uint64_t key, int32_t t) {
+MVLLM_HOST_DEVICE constexpr double race_uniform(uint64_t key, int32_t t) {
     return uniform_of(mix64(key ^ mix64(static_cast<uint64_t>(t))));
 }
 

@@ -64,9 +64,10 @@ struct Engine::Impl {
     std::unique_ptr<Speculator> speculator;                          // null without a draft model
     std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs;  // engine thread only
     std::vector<float> logits;                                       // [n_sampled][n_vocab] f32
-    std::vector<int32_t> argmax;  // [n_sampled]: the step's tokens when it took the greedy path
+    std::vector<int32_t> argmax;  // [n_sampled]: the step's tokens when the backend picked them
     std::vector<float> argmax_logprob;  // [n_sampled]: their log-softmax, when a request asked for it
-    bool greedy_step = false;     // the backend picked the tokens (argmax on the device)
+    std::vector<TokenDraw> draws;  // [logit rows]: the rows the backend draws (empty: all argmax)
+    bool greedy_step = false;     // the backend picked the tokens (argmax or draw on the device)
     // Decode padding (EngineOptions::decode_padding): the KV block the padding rows write, one
     // past the pool's blocks (-1: no padding), and the batch sizes a decode step is padded to.
     int32_t pad_block = -1;
@@ -142,18 +143,28 @@ bool Engine::Impl::step(Status* status) {
     return true;
 }
 
+// A sampled row the backend can draw itself: temperature and min_p only (core/race.h), the same
+// race the host sampler runs for such rows, keyed by the same one value of the request's generator.
+static bool backend_draws(const SamplingParams& p, int64_t n_vocab) {
+    return p.temperature > 0.0f && (p.top_k == 0 || p.top_k >= n_vocab) && p.top_p >= 1.0f;
+}
+
 // A step whose sampled rows all take the plain argmax (greedy, no penalties, no drafts, at most
-// the chosen token's logprob: logprobs 0) lets the backend pick the tokens: only the ids (and
-// their log-softmax) leave the device, not the logits.
-static bool takes_plain_argmax(const SchedulerOutput& plan) {
+// the chosen token's logprob: logprobs 0) or a backend draw (no logprobs in the step) lets the
+// backend pick the tokens: only the ids (and their log-softmax) leave the device, not the logits.
+static bool backend_picks_tokens(const SchedulerOutput& plan, int64_t n_vocab) {
+    bool drawn = false, logprobs = false;
     for (const ScheduledSequence& s : plan.scheduled) {
         if (!s.sample) continue;
         const SamplingParams& p = s.seq->params;
-        if (!is_greedy(p) || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
-            p.frequency_penalty != 0.0f || p.logprobs > 0 || !s.seq->draft.tokens.empty())
+        if (!(is_greedy(p) || backend_draws(p, n_vocab)) || p.repetition_penalty != 1.0f ||
+            p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.logprobs > 0 ||
+            !s.seq->draft.tokens.empty())
             return false;
+        drawn |= !is_greedy(p);
+        logprobs |= p.logprobs >= 0;
     }
-    return true;
+    return !(drawn && logprobs);
 }
 
 static bool wants_logprobs(const SchedulerOutput& plan) {
@@ -164,14 +175,25 @@ static bool wants_logprobs(const SchedulerOutput& plan) {
 
 Status Engine::Impl::run_models(const SchedulerOutput& plan) {
     if (speculator) MVLLM_TRY(speculator->propose(plan));
-    greedy_step = takes_plain_argmax(plan);
+    greedy_step = backend_picks_tokens(plan, decoder.config().n_vocab);
     const Batch batch = build_batch(plan);
     if (const int64_t padding = batch.n_tokens() - plan.n_tokens; padding > 0 && pad_block >= 0) {
         std::lock_guard<std::mutex> lock(counters_mu);
         counters.n_padding_rows += padding;
     }
-    if (greedy_step)
-        return decoder.forward_greedy(batch, *cache, &argmax, wants_logprobs(plan) ? &argmax_logprob : nullptr);
+    if (greedy_step) {
+        // One value of each drawing request's generator per token, as sample_token takes it.
+        draws.clear();
+        for (const ScheduledSequence& s : plan.scheduled) {
+            if (!s.sample) continue;
+            const SamplingParams& p = s.seq->params;
+            draws.push_back(is_greedy(p) ? TokenDraw{} : TokenDraw{p.temperature, p.min_p, s.seq->rng()});
+        }
+        const bool any_drawn = std::any_of(draws.begin(), draws.end(), [](const TokenDraw& d) { return d.temperature > 0; });
+        if (any_drawn) draws.resize(batch.logit_rows.size());  // padding rows: argmax
+        else draws.clear();
+        return decoder.forward_greedy(batch, *cache, &argmax, wants_logprobs(plan) ? &argmax_logprob : nullptr, draws);
+    }
     return decoder.forward(batch, *cache, &logits);
 }
 

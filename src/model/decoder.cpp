@@ -182,18 +182,28 @@ Status Decoder::forward(const Batch& batch, KvCache& cache, std::vector<float>* 
 }
 
 Status Decoder::forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens,
-                               std::vector<float>* logprobs) {
-    MVLLM_ASSIGN_OR_RETURN(const uint64_t ticket, forward_greedy_enqueue(batch, cache, logprobs != nullptr));
+                               std::vector<float>* logprobs, const std::vector<TokenDraw>& draws) {
+    MVLLM_ASSIGN_OR_RETURN(const uint64_t ticket, forward_greedy_enqueue(batch, cache, logprobs != nullptr, draws));
     return greedy_result(ticket, tokens, logprobs);
 }
 
-Result<uint64_t> Decoder::forward_greedy_enqueue(const Batch& batch, KvCache& cache, bool logprobs) {
+Result<uint64_t> Decoder::forward_greedy_enqueue(const Batch& batch, KvCache& cache, bool logprobs,
+                                                 const std::vector<TokenDraw>& draws) {
     MVLLM_TRY(validate(batch, cache));
+    if (!draws.empty()) {
+        if (draws.size() != batch.logit_rows.size())
+            return make_error(draws.size(), " token draws for ", batch.logit_rows.size(), " logit rows");
+        for (const TokenDraw& d : draws) {
+            if (!(d.temperature >= 0.0f) || !(d.min_p >= 0.0f && d.min_p <= 1.0f))
+                return make_error("a token draw's temperature must be >= 0 and its min_p in [0, 1]");
+            if (d.temperature > 0.0f && logprobs) return make_error("a drawn token has no greedy logprob");
+        }
+    }
     Batch storage;
     MVLLM_ASSIGN_OR_RETURN(const Batch* b, with_fed_tokens(batch, &storage));
     try {
         const TensorView out = run(*b, cache);
-        const uint64_t ticket = backend_.argmax_enqueue(out, logprobs);
+        const uint64_t ticket = backend_.argmax_enqueue(out, logprobs, draws.empty() ? nullptr : draws.data());
         greedy_[ticket % 2] = {ticket, out.ne[1], logprobs};
         last_greedy_ = ticket;
         return ticket;

@@ -3,7 +3,7 @@
 // a request whose context crosses a bucket records nothing live; decode steps are padded to a
 // warm-up batch size, so an odd batch records nothing either), leaves no trace in the
 // counters, the KV pool or the prefix-cache telemetry, and does not change what a request
-// generates (greedy tokens equal to an engine without it).
+// generates (greedy tokens equal to an engine without it; drawn tokens equal to the host sampler's).
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -20,7 +20,9 @@ struct EngineRun {
     int32_t graphs_at_start = 0, graphs_at_end = 0;
 };
 
-EngineRun run_engine(const Model& model, bool warmup) {
+// temperature 0: greedy requests; otherwise seeded draws at that temperature (min_p 0.02 for every
+// other request), with `logprobs` (1 sends them through the host sampler, -1 lets the device draw).
+EngineRun run_engine(const Model& model, bool warmup, float temperature = 0.0f, int32_t logprobs = -1) {
     EngineRun r;
     auto be = make_cuda();
     if (!be) return r;
@@ -47,7 +49,10 @@ EngineRun run_engine(const Model& model, bool warmup) {
         Request q;
         const int n_prompt = i == n_requests - 1 ? 250 : 20 + 13 * i;  // the last one crosses 256 tokens
         for (int k = 0; k < n_prompt; ++k) q.prompt_ids.push_back(static_cast<int32_t>((7 + 31 * k + 101 * i) % n_vocab));
-        q.sampling.temperature = 0;
+        q.sampling.temperature = temperature;
+        q.sampling.min_p = i % 2 ? 0.02f : 0.0f;
+        q.sampling.seed = 1000 + i;
+        q.sampling.logprobs = logprobs;
         q.sampling.ignore_eos = true;
         q.sampling.max_tokens = 24;
         auto id = (*engine)->submit(std::move(q), [&r, i](const EngineEvent& e) {
@@ -95,6 +100,27 @@ TEST(EngineWarmUp, RecordsGraphsAndLeavesNoTrace) {
     EXPECT_EQ(cold.after.n_padding_rows, 0);
     EXPECT_EQ(warm.after.n_steps, cold.after.n_steps);
     EXPECT_EQ(warm.after.n_free_blocks, warm.after.n_total_blocks);
+}
+
+// Seeded requests with a temperature, drawn on the device (core/race.h through cuda::launch_draw,
+// in padded decode steps that replay the warm-up's graphs) give the tokens the engine's host
+// sampler gives them from the logits (the same requests asking for logprobs, which only the host
+// path computes), and they are really sampled (not the greedy tokens).
+TEST(EngineWarmUp, DeviceDrawsEqualHostSampling) {
+    MVLLM_REQUIRE_GPU();
+    auto model = load_model(std::string(MVLLM_FIXTURE_DIR) + "/tiny-qwen2");
+    ASSERT_TRUE(model.is_ok()) << model.status().message();
+    const EngineRun device = run_engine(**model, true, 0.9f, -1);
+    const EngineRun host = run_engine(**model, false, 0.9f, 1);
+    const EngineRun greedy = run_engine(**model, false);
+    int differ_from_greedy = 0;
+    for (size_t i = 0; i < host.tokens.size(); ++i) {
+        ASSERT_EQ(device.tokens[i].size(), 24u);
+        EXPECT_EQ(device.tokens[i], host.tokens[i]) << "request " << i;
+        differ_from_greedy += device.tokens[i] != greedy.tokens[i];
+    }
+    EXPECT_GE(differ_from_greedy, 4);
+    EXPECT_GT(device.after.n_padding_rows, 0);  // the drawn steps took the padded (graph) path
 }
 
 }  // namespace

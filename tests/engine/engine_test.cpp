@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <algorithm>
 #include <fstream>
 #include <mutex>
@@ -177,12 +179,14 @@ TEST(Engine, WarmUpLeavesNoTraceAndChangesNoOutput) {
     EXPECT_EQ((*cpu)->startup_report().find("warm-up"), std::string::npos);
 }
 
-// Decode padding (forced on the CPU backend, which records nothing): greedy decode steps of 3
-// sequences run as 4 rows (the next warm-up size), the throw-away rows write only their own block
-// outside the pool, and every request generates what it generates alone; sampled steps (logits to
-// the host) are not padded and sample the same tokens; with padding off no row is added.
+// Decode padding (forced on the CPU backend, which records nothing): decode steps of 3 sequences
+// whose tokens the backend picks (greedy, or drawn with a temperature: core/race.h) run as 4 rows
+// (the next warm-up size), the throw-away rows write only their own block outside the pool, and
+// every request generates what it generates alone; steps that sample on the host (top_p: logits to
+// the host) are not padded; with padding off no row is added. Drawn and host-sampled tokens are the
+// same with and without padding.
 TEST(Engine, DecodePaddingChangesNoOutput) {
-    std::vector<Outcome> sampled[2];
+    std::vector<Outcome> drawn[2], nucleus[2];
     for (const auto mode : {EngineOptions::DecodePadding::On, EngineOptions::DecodePadding::Off}) {
         const bool on = mode == EngineOptions::DecodePadding::On;
         EngineOptions o = small_options(64);
@@ -199,7 +203,6 @@ TEST(Engine, DecodePaddingChangesNoOutput) {
         const std::vector<Outcome> got = run_all(**engine, requests);
         for (size_t i = 0; i < copy.size(); ++i)
             EXPECT_EQ(got[i].tokens, greedy_alone(copy[i].prompt_ids, 12)) << "request " << i << (on ? " padded" : "");
-        // Sampling goes through the logits path, which is not padded.
         const int64_t greedy_padding = (*engine)->counters().n_padding_rows;
         std::vector<Request> hot(3);
         for (size_t i = 0; i < hot.size(); ++i) {
@@ -209,23 +212,57 @@ TEST(Engine, DecodePaddingChangesNoOutput) {
             hot[i].sampling.max_tokens = 10;
             hot[i].sampling.ignore_eos = true;
         }
-        sampled[on ? 0 : 1] = run_all(**engine, hot);
+        drawn[on ? 0 : 1] = run_all(**engine, hot);  // drawn by the backend: padded like greedy steps
+        const int64_t drawn_padding = (*engine)->counters().n_padding_rows - greedy_padding;
+        for (Request& r : hot) r.sampling.top_p = 0.9f;
+        nucleus[on ? 0 : 1] = run_all(**engine, hot);  // sampled on the host: not padded
         const EngineCounters c = (*engine)->counters();
         if (on) {
             EXPECT_GT(greedy_padding, 0);
+            EXPECT_GT(drawn_padding, 0);
         }
-        EXPECT_EQ(c.n_padding_rows, greedy_padding);  // none while sampling
+        EXPECT_EQ(c.n_padding_rows, greedy_padding + drawn_padding);  // none in the host-sampled steps
         if (!on) {
             EXPECT_EQ(c.n_padding_rows, 0);
         }
-        EXPECT_EQ(c.n_finished, 6);
+        EXPECT_EQ(c.n_finished, 9);
         EXPECT_EQ(c.n_free_blocks, 64);
         EXPECT_EQ(c.n_total_blocks, 64);
     }
     for (size_t i = 0; i < 3; ++i) {
-        EXPECT_EQ(sampled[0][i].tokens.size(), 10u);
-        EXPECT_EQ(sampled[0][i].tokens, sampled[1][i].tokens) << "sampled request " << i;
+        EXPECT_EQ(drawn[0][i].tokens.size(), 10u);
+        EXPECT_EQ(drawn[0][i].tokens, drawn[1][i].tokens) << "drawn request " << i;
+        EXPECT_EQ(nucleus[0][i].tokens.size(), 10u);
+        EXPECT_EQ(nucleus[0][i].tokens, nucleus[1][i].tokens) << "nucleus request " << i;
     }
+}
+
+// A drawn token is the host sampler's: the same seeded requests give the same tokens whether the
+// backend draws them (temperature, min_p) or the engine samples the logits on the host (the same
+// requests asking for top logprobs, which only the host path computes).
+TEST(Engine, BackendDrawsEqualHostSampling) {
+    std::mt19937 rng(23);
+    std::vector<Request> on_backend(4);
+    for (size_t i = 0; i < on_backend.size(); ++i) {
+        on_backend[i].prompt_ids = random_prompt(rng, 5 + 3 * static_cast<int>(i));
+        on_backend[i].sampling.temperature = i % 2 ? 1.3f : 0.7f;
+        on_backend[i].sampling.min_p = i < 2 ? 0.0f : 0.05f;
+        on_backend[i].sampling.seed = 7 + static_cast<int64_t>(i);
+        on_backend[i].sampling.max_tokens = 16;
+        on_backend[i].sampling.ignore_eos = true;
+    }
+    std::vector<Request> on_host = on_backend;
+    for (Request& r : on_host) r.sampling.logprobs = 1;
+    auto e1 = Engine::create(*tiny().decoder, small_options(256)).value();
+    auto e2 = Engine::create(*tiny().decoder, small_options(256)).value();
+    const std::vector<Outcome> a = run_all(*e1, on_backend), b = run_all(*e2, on_host);
+    std::set<int32_t> distinct;
+    for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(a[i].tokens.size(), 16u);
+        EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
+        distinct.insert(a[i].tokens.begin(), a[i].tokens.end());
+    }
+    EXPECT_GT(distinct.size(), 8u);  // really sampled, not a greedy run
 }
 
 TEST(Engine, PlainGreedyAndPenalisedRequestsShareSteps) {

@@ -4,6 +4,7 @@
 // argmax) and check that a fed token that cannot be resolved is refused with a clear error.
 #include <algorithm>
 
+#include "core/race.h"
 #include "golden_util.h"
 
 namespace mvllm::test {
@@ -136,6 +137,48 @@ TEST(FedTokens, UnresolvableFedTokensAreRefused) {
     st = f.decoder->forward(one(fed_token(0), 3), *cache, &logits);
     ASSERT_FALSE(st.is_ok());
     EXPECT_NE(st.message().find("without a greedy step"), std::string::npos) << st.message();
+}
+
+// Token draws (core/race.h) through the decoder: a row with a temperature is race_row's draw over
+// that row's logits (from forward on a fresh cache), a row without one its argmax, in one step;
+// malformed draws are refused with an error.
+TEST(TokenDraws, DrawnRowsAreTheRaceOverTheirLogits) {
+    Fixture f("tiny-qwen2");
+    const std::vector<int32_t> prompts[3] = {{3, 17, 42, 8, 99}, {250, 1, 64}, {7, 7, 9}};
+    auto step = [&] {
+        Batch b;
+        for (int s = 0; s < 3; ++s) b.add_sequence(prompts[s], 0, blocks(4 * s, 4), true);
+        return b;
+    };
+    std::vector<float> logits;
+    auto reference_cache = f.cache(12);
+    ASSERT_TRUE(f.decoder->forward(step(), *reference_cache, &logits).is_ok());
+    const int64_t n_vocab = f.decoder->config().n_vocab;
+    int not_argmax = 0;
+    for (uint64_t key = 1; key <= 30; ++key) {
+        const std::vector<TokenDraw> draws = {{1.5f, 0.0f, mix64(key)}, {}, {0.8f, 0.05f, mix64(key + 1000)}};
+        auto cache = f.cache(12);
+        std::vector<int32_t> got;
+        ASSERT_TRUE(f.decoder->forward_greedy(step(), *cache, &got, nullptr, draws).is_ok());
+        ASSERT_EQ(got.size(), 3u);
+        for (size_t r = 0; r < 3; ++r) {
+            const float* row = logits.data() + r * n_vocab;
+            const int32_t want = draws[r].temperature > 0
+                                     ? race_row(row, n_vocab, draws[r].temperature, draws[r].min_p, draws[r].key)
+                                     : row_argmax(row, n_vocab);
+            EXPECT_EQ(got[r], want) << "row " << r << ", key " << key;
+            not_argmax += got[r] != row_argmax(row, n_vocab);
+        }
+    }
+    EXPECT_GT(not_argmax, 10);  // the drawn rows really are drawn
+    auto cache = f.cache(12);
+    std::vector<int32_t> got;
+    std::vector<float> lp;
+    EXPECT_FALSE(f.decoder->forward_greedy(step(), *cache, &got, nullptr, {{1.0f, 0.0f, 1}}).is_ok());  // 1 of 3 rows
+    const Status with_logprobs = f.decoder->forward_greedy(step(), *cache, &got, &lp, {{1.0f, 0.0f, 1}, {}, {}});
+    EXPECT_FALSE(with_logprobs.is_ok());
+    EXPECT_NE(with_logprobs.message().find("logprob"), std::string::npos) << with_logprobs.message();
+    EXPECT_FALSE(f.decoder->forward_greedy(step(), *cache, &got, nullptr, {{-1.0f, 0.0f, 1}, {}, {}}).is_ok());
 }
 
 }  // namespace

@@ -72,6 +72,9 @@ CudaBackend::Impl::~Impl() {
     if (argmax_keys) cudaFree(argmax_keys);
     if (argmax_logprob) cudaFreeHost(argmax_logprob);
     if (argmax_fed) cudaFree(argmax_fed);
+    if (draws_host) cudaFreeHost(draws_host);
+    if (draw_score) cudaFree(draw_score);
+    if (draw_index) cudaFree(draw_index);
     for (ArgmaxSlot& slot : argmax_slots)
         if (slot.done) cudaEventDestroy(slot.done);
     if (cublas) cublasDestroy(cublas);
@@ -575,17 +578,47 @@ void CudaBackend::Impl::ensure_argmax(size_t rows) {
     argmax_capacity = cap;
 }
 
-uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob) {
+void CudaBackend::Impl::ensure_draws(size_t rows, int64_t parts) {
+    if (rows <= draw_rows && parts <= draw_parts) return;
+    const size_t cap = std::max({rows, draw_rows, size_t{64}});
+    const int64_t p = std::max(parts, draw_parts);
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no kernel reads the old buffers any more
+    TokenDraw* host = nullptr;
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * cap * sizeof(TokenDraw), cudaHostAllocMapped));
+    if (draws_host) cudaFreeHost(draws_host);
+    if (draw_score) cudaFree(draw_score);
+    if (draw_index) cudaFree(draw_index);
+    draws_host = host;
+    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&draws_dev), host, 0));
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draw_score), cap * p * sizeof(double)));
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draw_index), cap * p * sizeof(int32_t)));
+    draw_rows = cap;
+    draw_parts = p;
+}
+
+uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const TokenDraw* draws) {
     Impl& im = *impl_;
     const size_t rows = static_cast<size_t>(x.ne[1]);
+    bool drawn = false, any_min_p = false;
+    for (size_t r = 0; draws && r < rows; ++r) {
+        drawn |= draws[r].temperature > 0.0f;
+        any_min_p |= draws[r].temperature > 0.0f && draws[r].min_p > 0.0f;
+    }
+    MVLLM_CHECK(!(drawn && logprob)) << "a drawn token has no greedy logprob";
     im.ensure_argmax(rows);
+    if (drawn) im.ensure_draws(rows, cuda::draw_parts(x.ne[0]));
     const uint64_t ticket = next_argmax_ticket();
     const size_t s = ticket % 2;
     Impl::ArgmaxSlot& slot = im.argmax_slots[s];
     slot.ticket = ticket;
     slot.rows = rows;
     slot.logprob = logprob;
-    if (rows > 0) {
+    if (rows > 0 && drawn) {
+        // Slot s's draws were last read by ticket - 2's kernels, whose results the caller has read.
+        std::memcpy(im.draws_host + s * im.draw_rows, draws, rows * sizeof(TokenDraw));
+        cuda::launch_draw(x, im.draws_dev + s * im.draw_rows, any_min_p, im.argmax_keys, im.draw_score, im.draw_index,
+                          im.argmax_out_dev + s * im.argmax_capacity, im.argmax_fed, im.stream);
+    } else if (rows > 0) {
         cuda::launch_argmax(x, im.argmax_keys, im.argmax_out_dev + s * im.argmax_capacity, im.argmax_fed, im.stream);
         if (logprob) cuda::launch_max_logprob(x, im.argmax_logprob_dev + s * im.argmax_capacity, im.stream);
     }
@@ -612,8 +645,8 @@ void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob) {
     }
 }
 
-void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob) {
-    argmax_result(argmax_enqueue(x, logprob != nullptr), dst, logprob);
+void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob, const TokenDraw* draws) {
+    argmax_result(argmax_enqueue(x, logprob != nullptr, draws), dst, logprob);
 }
 
 bool CudaBackend::embeds_fed_tokens() const { return impl_->options.fed_tokens_on_device; }

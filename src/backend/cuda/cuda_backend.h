@@ -107,11 +107,13 @@ public:
     int32_t n_graphs() const;
 
     // Greedy sampling on the device: the argmax of each row of an F32 device tensor
-    // (e.g. the logits), copied to dst[x.ne[1]] (argmax_enqueue, then argmax_result).
-    void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr) override;
-    // The argmax kernels queued on the stream; their results land in one of two mapped host
-    // slots (ticket % 2) and, for fed tokens, in a device buffer the embedding reads.
-    uint64_t argmax_enqueue(const TensorView& x, bool logprob) override;
+    // (e.g. the logits), copied to dst[x.ne[1]] (argmax_enqueue, then argmax_result); rows with
+    // a TokenDraw of temperature > 0 are drawn on the device (cuda::launch_draw).
+    void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr,
+                     const TokenDraw* draws = nullptr) override;
+    // The argmax (or draw) kernels queued on the stream; their results land in one of two mapped
+    // host slots (ticket % 2) and, for fed tokens, in a device buffer the embedding reads.
+    uint64_t argmax_enqueue(const TensorView& x, bool logprob, const TokenDraw* draws = nullptr) override;
     void argmax_result(uint64_t ticket, int32_t* dst, float* logprob) override;
     bool embeds_fed_tokens() const override;
     // Raw byte copies between a device tensor and host memory (tests, tools). Synchronous.

@@ -122,6 +122,16 @@ struct CudaBackend::Impl {
     ArgmaxSlot argmax_slots[2];
     // Grows the argmax buffers to at least `rows` (keeping both slots and the fed copy).
     void ensure_argmax(size_t rows);
+    // Sampled draws (argmax_enqueue with TokenDraws): the rows' draws in mapped host memory, two
+    // slots as the results; the partial (score, index) scratch of launch_draw.
+    TokenDraw* draws_host = nullptr;  // [2][draw_rows], host (mapped)
+    TokenDraw* draws_dev = nullptr;   // its device address
+    double* draw_score = nullptr;     // [draw_rows * draw_parts], device
+    int32_t* draw_index = nullptr;
+    size_t draw_rows = 0;
+    int64_t draw_parts = 0;
+    // Grows the draw buffers to at least `rows` rows of `parts` partials.
+    void ensure_draws(size_t rows, int64_t parts);
 
     cuda::MatmulScratch matmul_scratch;
     std::unique_ptr<cuda::GemmTuner> gemm_tuner;  // matmul_scratch.tuner

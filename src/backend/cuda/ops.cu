@@ -1,6 +1,7 @@
 #include "backend/cuda/ops.cuh"
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -237,6 +238,110 @@ __global__ void argmax_finish_kernel(unsigned long long* keys, int32_t* out, int
     keys[r] = 0;
 }
 
+// ---- The sampled draw on the device (core/race.h): race_row's race in log space. Token t of a
+// drawn row scores x_t / T - log(-log u_t), a monotone function of race_row's w_t / -log(u_t), so the
+// winner is the host's up to rounding ties; a row with temperature 0 scores x_t (its argmax).
+// Ties and NaN as the host: the first index wins, NaN never does.
+constexpr int kDrawThreads = 256, kDrawChunk = 4096, kDrawPer = kDrawChunk / kDrawThreads;
+
+__device__ __forceinline__ bool draw_beats(double s, int32_t i, double best, int32_t best_i) {
+    return s > best || (s == best && i < best_i);
+}
+
+// The float packed in argmax_partial_kernel's key (the row's maximum).
+__device__ __forceinline__ float argmax_key_value(unsigned long long key) {
+    const uint32_t k = static_cast<uint32_t>(key >> 32);
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
+}
+
+// The (score, index) of a warp's best, in every lane.
+__device__ __forceinline__ void draw_warp_best(double& best, int32_t& best_i) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const double s = __shfl_xor_sync(0xffffffffu, best, o);
+        const int32_t i = __shfl_xor_sync(0xffffffffu, best_i, o);
+        if (draw_beats(s, i, best, best_i)) best = s, best_i = i;
+    }
+}
+
+// Row blockIdx.y of x, elements [blockIdx.x * kDrawChunk, +kDrawChunk): the best (score, index)
+// into part_score / part_index [row][gridDim.x]. keys: the rows' maxima (argmax_partial_kernel),
+// read only for rows with min_p > 0, which keep the tokens with exp((x_t - max) / T) >= min_p as
+// race_row does. Grid (ceil(width / kDrawChunk), n_rows), kDrawThreads threads.
+__global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float* x, int64_t width, const TokenDraw* draws,
+                                                                   const unsigned long long* keys, double* part_score,
+                                                                   int32_t* part_index) {
+    pdl_begin();
+    __shared__ TokenDraw row_draw;
+    __shared__ double warp_score[kDrawThreads / 32];
+    __shared__ int32_t warp_index[kDrawThreads / 32];
+    if (threadIdx.x == 0) row_draw = draws[blockIdx.y];  // mapped host memory: one read per CTA
+    const float* r = x + blockIdx.y * width;
+    const int64_t begin = static_cast<int64_t>(blockIdx.x) * kDrawChunk + threadIdx.x;
+    float v[kDrawPer];
+#pragma unroll
+    for (int j = 0; j < kDrawPer; ++j) {
+        const int64_t i = begin + j * kDrawThreads;
+        v[j] = i < width ? __ldcg(r + i) : 0.0f;
+    }
+    __syncthreads();
+    const TokenDraw d = row_draw;
+    const float max = d.min_p > 0.0f ? argmax_key_value(keys[blockIdx.y]) : 0.0f;
+    // race_row draws when the row's maximum is finite (min_p needs it; without min_p the log-space
+    // score ranks infinities as the argmax would)
+    const bool drawn = d.temperature > 0.0f && (d.min_p <= 0.0f || isfinite(max));
+    const double inv_t = drawn ? 1.0 / d.temperature : 0.0;
+    double best = -INFINITY;
+    int32_t best_i = INT_MAX;
+#pragma unroll
+    for (int j = 0; j < kDrawPer; ++j) {
+        const int64_t i = begin + j * kDrawThreads;
+        if (i >= width || isnan(v[j])) continue;
+        double s = v[j];
+        if (drawn) {
+            if (d.min_p > 0.0f && !(exp((static_cast<double>(v[j]) - max) * inv_t) >= d.min_p)) continue;
+            const double u = race_uniform(d.key, static_cast<int32_t>(i));
+            s = s * inv_t - log(-log(u));
+        }
+        if (draw_beats(s, static_cast<int32_t>(i), best, best_i)) best = s, best_i = static_cast<int32_t>(i);
+    }
+    draw_warp_best(best, best_i);
+    if ((threadIdx.x & 31) == 0) {
+        warp_score[threadIdx.x >> 5] = best;
+        warp_index[threadIdx.x >> 5] = best_i;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < kDrawThreads / 32; ++w)
+            if (draw_beats(warp_score[w], warp_index[w], best, best_i)) best = warp_score[w], best_i = warp_index[w];
+        const int64_t p = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+        part_score[p] = best;
+        part_index[p] = best_i;
+    }
+}
+
+// out[row] (and fed[row]) = the best of the row's n_parts partials (0 when none: every value
+// NaN); keys[row] back to zero. One warp per row.
+__global__ void draw_finish_kernel(const double* part_score, const int32_t* part_index, int n_parts,
+                                   unsigned long long* keys, int32_t* out, int32_t* fed, int64_t n_rows) {
+    pdl_begin();
+    const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + (threadIdx.x >> 5);
+    if (row >= n_rows) return;
+    double best = -INFINITY;
+    int32_t best_i = INT_MAX;
+    for (int p = threadIdx.x & 31; p < n_parts; p += 32) {
+        const double s = part_score[row * n_parts + p];
+        const int32_t i = part_index[row * n_parts + p];
+        if (draw_beats(s, i, best, best_i)) best = s, best_i = i;
+    }
+    draw_warp_best(best, best_i);
+    if ((threadIdx.x & 31) != 0) return;
+    const int32_t id = best_i == INT_MAX ? 0 : best_i;
+    out[row] = id;
+    if (fed) fed[row] = id;
+    keys[row] = 0;
+}
+
 // Reads qkv row blockIdx.x ([q_dim | kv_dim | kv_dim] f32, q and k rows in RoPE pairs, rope.cuh)
 // and bias (the same width and order, or null: added first, as a matmul with bias would). Writes
 // q (rotated) and the row's cache slot: K (rotated) and V. The row's head_dim / 2 (cos, sin) pairs
@@ -437,6 +542,27 @@ void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, 
     launch_pdl(argmax_partial_kernel, grid, kArgmaxThreads, 0, stream, static_cast<const float*>(x.data), x.ne[0], keys);
     MVLLM_CUDA_LAUNCH_CHECK();
     launch_pdl(argmax_finish_kernel, static_cast<unsigned>(ceil_div(n_rows, 128)), 128, 0, stream, keys, out, fed, n_rows);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+int64_t draw_parts(int64_t width) { return ceil_div(width, kDrawChunk); }
+
+void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_min_p, unsigned long long* keys,
+                 double* part_score, int32_t* part_index, int32_t* out, int32_t* fed, cudaStream_t stream) {
+    MVLLM_CHECK(x.type == DType::F32) << "draw input " << type_name(x.type);
+    const int64_t n_rows = x.ne[1], parts = draw_parts(x.ne[0]);
+    if (n_rows == 0) return;
+    const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>(n_rows));
+    const float* xs = static_cast<const float*>(x.data);
+    if (any_min_p) {  // the rows' maxima into keys, for min_p's test
+        launch_pdl(argmax_partial_kernel, dim3(static_cast<unsigned>(ceil_div(x.ne[0], kArgmaxChunk)), grid.y),
+                   kArgmaxThreads, 0, stream, xs, x.ne[0], keys);
+        MVLLM_CUDA_LAUNCH_CHECK();
+    }
+    launch_pdl(draw_partial_kernel, grid, kDrawThreads, 0, stream, xs, x.ne[0], draws, keys, part_score, part_index);
+    MVLLM_CUDA_LAUNCH_CHECK();
+    launch_pdl(draw_finish_kernel, static_cast<unsigned>(ceil_div(n_rows, 4)), 128, 0, stream, part_score, part_index,
+               static_cast<int>(parts), keys, out, fed, n_rows);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

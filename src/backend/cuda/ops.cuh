@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/device_batch.h"
+#include "core/race.h"
 #include "core/tensor.h"
 
 namespace mvllm::cuda {
@@ -42,6 +43,13 @@ void launch_convert(const TensorView& src, const TensorView& dst, cudaStream_t s
 // each. out may be mapped host memory (the tokens then need no copy after the kernels); fed
 // (device, or null) receives them too, for the embedding of a step queued after this one.
 void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, int32_t* fed, cudaStream_t stream);
+// out[r] = row r's token by draws[r] (core/race.h; may be mapped host memory): the argmax when
+// its temperature is 0, otherwise race_row's draw, computed in log space (the same winner up to
+// rounding ties). keys as launch_argmax (used when any_min_p: the rows' maxima); part_score /
+// part_index: device scratch of draw_parts(width) per row. out and fed as launch_argmax.
+int64_t draw_parts(int64_t width);
+void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_min_p, unsigned long long* keys,
+                 double* part_score, int32_t* part_index, int32_t* out, int32_t* fed, cudaStream_t stream);
 // out[r] = the log-softmax of row r's maximum, -log sum_i exp(x[r][i] - max_r) (F32 x). One CTA
 // per row, one pass (running maximum and rescaled sum per thread, merged at the end).
 void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream);
