@@ -32,6 +32,8 @@ struct BenchServeArgs {
     int max_prefill_chunk = 512;
     std::string policy = "fcfs";
     bool no_prefix_cache = false;
+    float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f;  // greedy unless a temperature is given
+    int top_k = 0;
     std::string json_out;
 };
 
@@ -79,7 +81,11 @@ int cmd_bench_serve(const BenchServeArgs& a) {
         const int n = in_range->first + static_cast<int>(rng() % (in_range->second - in_range->first + 1));
         r.prompt_ids.resize(n);
         for (auto& t : r.prompt_ids) t = static_cast<int32_t>(rng() % n_vocab);
-        r.sampling.temperature = 0;
+        r.sampling.temperature = a.temperature;
+        r.sampling.top_p = a.top_p;
+        r.sampling.top_k = a.top_k;
+        r.sampling.min_p = a.min_p;
+        r.sampling.seed = static_cast<int64_t>(&r - requests.data());
         r.sampling.ignore_eos = true;
         r.sampling.max_tokens = out_range->first + static_cast<int>(rng() % (out_range->second - out_range->first + 1));
         n_in += n;
@@ -122,6 +128,7 @@ int cmd_bench_serve(const BenchServeArgs& a) {
             {"benchmark", "throughput"}, {"batch_invariant", a.run.batch_invariant}, {"commit", MVLLM_GIT_COMMIT}, {"date", date}, {"device", rt->backend->name()},
             {"model", a.run.model}, {"geometry", rt->model->config.summary()}, {"num_requests", a.num_requests},
             {"input_len", a.input_len}, {"output_len", a.output_len}, {"seed", a.seed}, {"policy", a.policy},
+            {"temperature", a.temperature}, {"top_p", a.top_p}, {"top_k", a.top_k}, {"min_p", a.min_p},
             {"max_batched_tokens", a.max_batched_tokens}, {"max_seqs", a.max_seqs},
             {"max_prefill_chunk", a.max_prefill_chunk}, {"kv_cache", (*engine)->startup_report()},
             {"input_tokens", n_in}, {"output_tokens", n_out}, {"failed", n_failed}, {"elapsed_s", elapsed},
@@ -154,6 +161,11 @@ void register_engine_commands(CLI::App& app) {
         ->check(CLI::Range(0, 1 << 24));
     s->add_option("--scheduling-policy", serve.policy, "fcfs | spf | rr")->check(CLI::IsMember({"fcfs", "spf", "rr"}));
     s->add_flag("--no-prefix-cache", serve.no_prefix_cache, "disable prefix caching");
+    s->add_option("--temperature", serve.temperature, "sampling temperature (default 0: greedy; nano-vllm's bench uses 0.6)")
+        ->check(CLI::Range(0.0, 10.0));
+    s->add_option("--top-p", serve.top_p, "nucleus mass kept (1: all)")->check(CLI::Range(0.0, 1.0));
+    s->add_option("--top-k", serve.top_k, "tokens kept (0: all)")->check(CLI::NonNegativeNumber);
+    s->add_option("--min-p", serve.min_p, "drop tokens below min_p x the top probability")->check(CLI::Range(0.0, 1.0));
     s->add_option("--json-out", serve.json_out, "write the result as JSON");
     s->callback([] { std::exit(cmd_bench_serve(serve)); });
 }
