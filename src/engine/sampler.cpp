@@ -155,6 +155,69 @@ Kept kept_tokens(const float* logits, int64_t n_vocab, const SamplingParams& par
     return k;
 }
 
+// top_p without top_k, without sorting the head (which holds most of the vocabulary when the
+// logits are flat): the tokens are bucketed by their distance below the max logit (4,096 buckets
+// of T / 48 each; the last also takes everything further down), each bucket's float weights summed.
+// The buckets before the one where the mass reaches top_p are wholly kept; that bucket and its two
+// neighbours (room for the float sums' error) are sorted and walked with exact weights, as
+// kept_tokens walks the whole head. The race then runs over the kept tokens, pruned as race_row's.
+// Returns -1 where the walk finds no cut (the float mass and the exact one disagree about the
+// bucket), for the caller to take the sorting path.
+int32_t draw_nucleus(const float* logits, int64_t n, const SamplingParams& p, float max, uint64_t key) {
+    constexpr int kBuckets = 4096;
+    const double inv_t = 1.0 / p.temperature;
+    const float scale = static_cast<float>(48.0 * inv_t);
+    thread_local std::vector<float> w;
+    thread_local std::vector<uint16_t> bucket;  // kBuckets: NaN, never kept
+    w.resize(static_cast<size_t>(n));
+    bucket.resize(static_cast<size_t>(n));
+    const double total = row_weights(logits, n, max, static_cast<float>(inv_t), w.data());
+    double mass[kBuckets] = {};
+    for (int64_t i = 0; i < n; ++i) {
+        const float d = (max - logits[i]) * scale;  // >= 0, +inf for -inf logits, NaN for NaN
+        const int b = d < kBuckets - 1 ? static_cast<int>(d) : d == d ? kBuckets - 1 : kBuckets;
+        bucket[i] = static_cast<uint16_t>(b);
+        if (b < kBuckets) mass[b] += w[i];
+    }
+    const double need = p.top_p * total;
+    int crossing = 0;
+    double before = 0;  // float mass of the buckets before `crossing`
+    while (crossing < kBuckets - 1 && before + mass[crossing] < need) before += mass[crossing++];
+    const int first_walked = std::max(0, crossing - 1), last_walked = std::min(kBuckets - 1, crossing + 1);
+    double cumulative = 0;
+    for (int b = 0; b < first_walked; ++b) cumulative += mass[b];
+    thread_local std::vector<int32_t> sure, walked;
+    sure.clear();
+    walked.clear();
+    for (int64_t i = 0; i < n; ++i) {
+        const int b = bucket[i];
+        if (b < first_walked) sure.push_back(static_cast<int32_t>(i));
+        else if (b <= last_walked) walked.push_back(static_cast<int32_t>(i));
+    }
+    std::sort(walked.begin(), walked.end(), ByLogit{logits});
+    auto exact = [&](int32_t t) { return std::exp((static_cast<double>(logits[t]) - max) * inv_t); };
+    size_t cut = walked.size();
+    for (size_t i = 0; i < walked.size(); ++i)
+        if ((cumulative += exact(walked[i])) >= need) {
+            cut = i + 1;
+            break;
+        }
+    if (cut == walked.size() && cumulative < need && last_walked < kBuckets - 1) return -1;
+    // The race over `sure` and walked[0, cut), min_p applied to the exact weight.
+    const int32_t top = row_argmax(logits, n);
+    Race race{key};
+    race.enter(top, 1.0);
+    auto consider = [&](int32_t t) {
+        if (t == top) return;
+        const double u = race_uniform(key, t);
+        if ((1.0 - u) * race.best_score >= w[t] * kWeightSlack) return;  // cannot win (race_row)
+        if (const double wt = exact(t); wt >= p.min_p) race.enter(t, wt, u);
+    };
+    for (const int32_t t : sure) consider(t);
+    for (size_t i = 0; i < cut; ++i) consider(walked[i]);
+    return race.best;
+}
+
 // A sampled draw (temperature > 0): the race over the tokens kept_tokens keeps, or over all.
 int32_t draw_sampled(const float* logits, int64_t n_vocab, const SamplingParams& params, uint64_t key) {
     const bool top_k = params.top_k > 0 && params.top_k < n_vocab;
@@ -162,6 +225,8 @@ int32_t draw_sampled(const float* logits, int64_t n_vocab, const SamplingParams&
         return race_row(logits, n_vocab, params.temperature, params.min_p, key);
     const float max = row_max(logits, n_vocab);
     if (!std::isfinite(max)) return row_argmax(logits, n_vocab);
+    if (!top_k)
+        if (const int32_t t = draw_nucleus(logits, n_vocab, params, max, key); t >= 0) return t;
     thread_local std::vector<float> scratch;
     const Kept k = kept_tokens(logits, n_vocab, params, max, &scratch);
     Race race{key};
