@@ -3,6 +3,7 @@
 #include "core/race.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <cmath>
 #include <limits>
@@ -86,10 +87,11 @@ struct Kept {
     std::vector<int32_t> tokens;
     std::vector<double> weights;
     double weights_sum = 0;
+    bool over_cap = false;  // top_p's candidates outnumbered max_candidates: tokens left empty
 };
 
 Kept kept_tokens(const float* logits, int64_t n_vocab, const SamplingParams& params, float max,
-                 std::vector<float>* scratch) {
+                 std::vector<float>* scratch, size_t max_candidates = SIZE_MAX) {
     Kept k;
     const double inv_t = 1.0 / params.temperature;
     auto exact = [&](int32_t t) { return std::exp((static_cast<double>(logits[t]) - max) * inv_t); };
@@ -123,6 +125,12 @@ Kept kept_tokens(const float* logits, int64_t n_vocab, const SamplingParams& par
                     break;
                 }
             }
+        }
+        if (max_candidates < static_cast<size_t>(n_vocab) &&
+            std::count_if(logits, logits + n_vocab, [&](float l) { return l >= floor; }) >
+                static_cast<std::ptrdiff_t>(max_candidates)) {
+            k.over_cap = true;
+            return k;
         }
         k.tokens = tokens_at_least(logits, n_vocab, floor);
         for (const int32_t t : k.tokens) k.weights.push_back(exact(t));
@@ -225,10 +233,14 @@ int32_t draw_sampled(const float* logits, int64_t n_vocab, const SamplingParams&
         return race_row(logits, n_vocab, params.temperature, params.min_p, key);
     const float max = row_max(logits, n_vocab);
     if (!std::isfinite(max)) return row_argmax(logits, n_vocab);
-    if (!top_k)
-        if (const int32_t t = draw_nucleus(logits, n_vocab, params, max, key); t >= 0) return t;
+    // top_p: the head sorted when it is short (a trained model's row, mostly), bucketed when long.
+    constexpr size_t kSortedHead = 16384;
     thread_local std::vector<float> scratch;
-    const Kept k = kept_tokens(logits, n_vocab, params, max, &scratch);
+    Kept k = kept_tokens(logits, n_vocab, params, max, &scratch, top_k ? SIZE_MAX : kSortedHead);
+    if (k.over_cap) {
+        if (const int32_t t = draw_nucleus(logits, n_vocab, params, max, key); t >= 0) return t;
+        k = kept_tokens(logits, n_vocab, params, max, &scratch);
+    }
     Race race{key};
     for (size_t i = 0; i < k.tokens.size(); ++i) race.enter(k.tokens[i], k.weights[i]);
     return race.best;
