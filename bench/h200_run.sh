@@ -97,15 +97,17 @@ if has sample; then  # sampled decode: greedy, a device draw (temperature), the 
   ids=$(python3 -c "import random; random.seed(1); print(' '.join(str(random.randrange(1000, 100000)) for _ in range(512)))")
   for p in qwen2.5-0.5b qwen2.5-7b; do
     f=$(model $p q4_0)
-    for s in "--temperature 0" "--temperature 1 --seed 1" "--temperature 1 --min-p 0.05 --seed 1" \
-             "--temperature 1 --top-p 0.95 --seed 1"; do
+    sets=("--temperature 0" "--temperature 1 --seed 1" "--temperature 1 --min-p 0.05 --seed 1"
+          "--temperature 1 --top-p 0.95 --seed 1")
+    [ -n "${SAMPLE_HOST_ONLY:-}" ] && sets=("--temperature 1 --top-p 0.95 --seed 1")  # the host sampler's row only
+    for s in "${sets[@]}"; do
       timeout 120 $B generate -m "$f" --device cuda --kv-dtype f16 --prompt-ids "$ids" -n 256 --ids-out $s \
         > "$LOG/sample_$p.ids" 2> "$LOG/sample_$p.log"
       echo "generate $p [$s] rc=$?: $(grep -o 'decode [0-9.]* tok/s' "$LOG/sample_$p.log")"
     done
   done
   f=$(model qwen2.5-0.5b q4_0)  # B4(b) as nano-vllm runs it (temperature 0.6)
-  timeout 150 $B bench throughput -m "$f" --device cuda --num-requests 256 --input-len 100:1024 --output-len 100:1024 \
+  [ -n "${SAMPLE_HOST_ONLY:-}" ] || timeout 150 $B bench throughput -m "$f" --device cuda --num-requests 256 --input-len 100:1024 --output-len 100:1024 \
     --kv-cache-memory 90% --kv-dtype f16 --activation-dtype f16 --temperature 0.6 \
     --json-out "$LOG/b4b_q05_t06.json" > "$LOG/b4b_q05_t06.log" 2>&1
   echo "B4b 0.5B temperature 0.6 rc=$?: $(tail -1 "$LOG/b4b_q05_t06.log")"
