@@ -328,7 +328,8 @@ __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float*
 #pragma unroll
         for (int j = 0; j < kDrawPer; ++j)
             if (sf[j] >= threshold && sf[j] > -INFINITY) candidate |= 1u << j;
-        if (best_f == -INFINITY) candidate = ~0u;  // every logit -inf (or excluded): the exact pass decides
+        // Every logit -inf or excluded, or a +inf one (the threshold is then NaN): the exact pass decides.
+        if (!(best_f > -INFINITY && best_f < INFINITY)) candidate = ~0u;
     }
     double best = -INFINITY;
     int32_t best_i = INT_MAX;
