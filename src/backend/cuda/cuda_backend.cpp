@@ -73,6 +73,7 @@ CudaBackend::Impl::~Impl() {
     if (argmax_logprob) cudaFreeHost(argmax_logprob);
     if (argmax_fed) cudaFree(argmax_fed);
     if (draws_host) cudaFreeHost(draws_host);
+    if (draws_dev) cudaFree(draws_dev);
     if (draw_score) cudaFree(draw_score);
     if (draw_index) cudaFree(draw_index);
     for (ArgmaxSlot& slot : argmax_slots)
@@ -584,12 +585,13 @@ void CudaBackend::Impl::ensure_draws(size_t rows, int64_t parts) {
     const int64_t p = std::max(parts, draw_parts);
     MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no kernel reads the old buffers any more
     TokenDraw* host = nullptr;
-    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * cap * sizeof(TokenDraw), cudaHostAllocMapped));
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * cap * sizeof(TokenDraw), cudaHostAllocDefault));
     if (draws_host) cudaFreeHost(draws_host);
+    if (draws_dev) cudaFree(draws_dev);
     if (draw_score) cudaFree(draw_score);
     if (draw_index) cudaFree(draw_index);
     draws_host = host;
-    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&draws_dev), host, 0));
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draws_dev), 2 * cap * sizeof(TokenDraw)));
     MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draw_score), cap * p * sizeof(double)));
     MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draw_index), cap * p * sizeof(int32_t)));
     draw_rows = cap;
@@ -614,8 +616,12 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
     slot.rows = rows;
     slot.logprob = logprob;
     if (rows > 0 && drawn) {
-        // Slot s's draws were last read by ticket - 2's kernels, whose results the caller has read.
+        // Slot s's staging was last copied for ticket - 2, whose results the caller has read. One
+        // copy per step: with the draws in mapped host memory every CTA (37 per row) read them
+        // over the bus, and 256 drawn rows cost B4(b) 5-7 % (bench/NOTES.md, twenty-sixth session).
         std::memcpy(im.draws_host + s * im.draw_rows, draws, rows * sizeof(TokenDraw));
+        MVLLM_CUDA_OK(cudaMemcpyAsync(im.draws_dev + s * im.draw_rows, im.draws_host + s * im.draw_rows,
+                                      rows * sizeof(TokenDraw), cudaMemcpyHostToDevice, im.stream));
         cuda::launch_draw(x, im.draws_dev + s * im.draw_rows, any_min_p, im.argmax_keys, im.draw_score, im.draw_index,
                           im.argmax_out_dev + s * im.argmax_capacity, im.argmax_fed, im.stream);
     } else if (rows > 0) {

@@ -122,10 +122,11 @@ struct CudaBackend::Impl {
     ArgmaxSlot argmax_slots[2];
     // Grows the argmax buffers to at least `rows` (keeping both slots and the fed copy).
     void ensure_argmax(size_t rows);
-    // Sampled draws (argmax_enqueue with TokenDraws): the rows' draws in mapped host memory, two
-    // slots as the results; the partial (score, index) scratch of launch_draw.
-    TokenDraw* draws_host = nullptr;  // [2][draw_rows], host (mapped)
-    TokenDraw* draws_dev = nullptr;   // its device address
+    // Sampled draws (argmax_enqueue with TokenDraws): the rows' draws staged in pinned host memory
+    // and copied to the device (two slots, as the results); the partial (score, index) scratch of
+    // launch_draw.
+    TokenDraw* draws_host = nullptr;  // [2][draw_rows], host (pinned)
+    TokenDraw* draws_dev = nullptr;   // [2][draw_rows], device
     double* draw_score = nullptr;     // [draw_rows * draw_parts], device
     int32_t* draw_index = nullptr;
     size_t draw_rows = 0;

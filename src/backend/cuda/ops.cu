@@ -243,7 +243,6 @@ __global__ void argmax_finish_kernel(unsigned long long* keys, int32_t* out, int
 // winner is the host's up to rounding ties; a row with temperature 0 scores x_t (its argmax).
 // Ties and NaN as the host: the first index wins, NaN never does.
 constexpr int kDrawThreads = 256, kDrawChunk = 4096, kDrawPer = kDrawChunk / kDrawThreads;
-static_assert(kDrawPer <= 32, "one candidate bit per token of a thread");
 
 __device__ __forceinline__ bool draw_beats(double s, int32_t i, double best, int32_t best_i) {
     return s > best || (s == best && i < best_i);
@@ -276,7 +275,7 @@ __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float*
     __shared__ TokenDraw row_draw;
     __shared__ double warp_score[kDrawThreads / 32];
     __shared__ int32_t warp_index[kDrawThreads / 32];
-    if (threadIdx.x == 0) row_draw = draws[blockIdx.y];  // mapped host memory: one read per CTA
+    if (threadIdx.x == 0) row_draw = draws[blockIdx.y];
     const float* r = x + blockIdx.y * width;
     const int64_t begin = static_cast<int64_t>(blockIdx.x) * kDrawChunk + threadIdx.x;
     float v[kDrawPer];
@@ -292,51 +291,12 @@ __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float*
     // score ranks infinities as the argmax would)
     const bool drawn = d.temperature > 0.0f && (d.min_p <= 0.0f || isfinite(max));
     const double inv_t = drawn ? 1.0 / d.temperature : 0.0;
-    // Drawn rows, in two passes: float scores first (a few ulp off the double ones: the uniform from
-    // the same 53 bits, -log u through log1p where u is near 1), whose CTA-wide best sets a margin;
-    // then the double score of race_row only for the tokens within it (a handful per CTA), so the
-    // FP64 logarithms (and min_p's exp) run for those alone. The winner is the same: its float
-    // score is within the float error of its double one, and the margin is far wider than that.
-    uint32_t candidate = ~0u;  // bit j: token j may win (greedy rows: every token)
-    if (drawn) {
-        const float inv_t_f = static_cast<float>(inv_t);
-        float sf[kDrawPer];
-        float best_f = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < kDrawPer; ++j) {
-            const int64_t i = begin + j * kDrawThreads;
-            sf[j] = -INFINITY;
-            if (i >= width || isnan(v[j])) continue;
-            // min_p: out when clearly below (the exact test below decides near the threshold)
-            if (d.min_p > 0.0f && expf((v[j] - max) * inv_t_f) < d.min_p * 0.999f) continue;
-            const uint64_t h53 = mix64(d.key ^ mix64(static_cast<uint64_t>(i))) >> 11;
-            const float u = static_cast<float>(2 * h53 + 1) * 0x1p-54f;
-            const float one_minus_u = static_cast<float>(2 * ((1ull << 53) - h53) - 1) * 0x1p-54f;
-            const float e = u < 0.5f ? -logf(u) : -log1pf(-one_minus_u);
-            sf[j] = v[j] * inv_t_f - logf(e);
-            best_f = fmaxf(best_f, sf[j]);
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) best_f = fmaxf(best_f, __shfl_xor_sync(0xffffffffu, best_f, o));
-        __shared__ float warp_best_f[kDrawThreads / 32];
-        if ((threadIdx.x & 31) == 0) warp_best_f[threadIdx.x >> 5] = best_f;
-        __syncthreads();
-#pragma unroll
-        for (int w = 0; w < kDrawThreads / 32; ++w) best_f = fmaxf(best_f, warp_best_f[w]);
-        const float threshold = best_f - 1e-3f * (1.0f + fabsf(best_f));  // -inf when nothing scored
-        candidate = 0;
-#pragma unroll
-        for (int j = 0; j < kDrawPer; ++j)
-            if (sf[j] >= threshold && sf[j] > -INFINITY) candidate |= 1u << j;
-        // Every logit -inf or excluded, or a +inf one (the threshold is then NaN): the exact pass decides.
-        if (!(best_f > -INFINITY && best_f < INFINITY)) candidate = ~0u;
-    }
     double best = -INFINITY;
     int32_t best_i = INT_MAX;
 #pragma unroll
     for (int j = 0; j < kDrawPer; ++j) {
         const int64_t i = begin + j * kDrawThreads;
-        if (i >= width || isnan(v[j]) || !(candidate >> j & 1u)) continue;
+        if (i >= width || isnan(v[j])) continue;
         double s = v[j];
         if (drawn) {
             if (d.min_p > 0.0f && !(exp((static_cast<double>(v[j]) - max) * inv_t) >= d.min_p)) continue;

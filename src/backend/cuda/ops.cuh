@@ -43,7 +43,7 @@ void launch_convert(const TensorView& src, const TensorView& dst, cudaStream_t s
 // each. out may be mapped host memory (the tokens then need no copy after the kernels); fed
 // (device, or null) receives them too, for the embedding of a step queued after this one.
 void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, int32_t* fed, cudaStream_t stream);
-// out[r] = row r's token by draws[r] (core/race.h; may be mapped host memory): the argmax when
+// out[r] = row r's token by draws[r] (core/race.h; device memory): the argmax when
 // its temperature is 0, otherwise race_row's draw, computed in log space (the same winner up to
 // rounding ties). keys as launch_argmax (used when any_min_p: the rows' maxima); part_score /
 // part_index: device scratch of draw_parts(width) per row. out and fed as launch_argmax.
