@@ -164,7 +164,7 @@ int32_t race_row(const float* logits, int64_t n, float temperature, float min_p,
     const float max = row_max(logits, n);
     if (!std::isfinite(max)) return row_argmax(logits, n);
     const double inv_t = 1.0 / temperature;
-    auto exact = [&](int64_t t) { return std::exp((static_cast<double>(logits[t]) - max) * inv_t); };
+    auto exact = [&](int32_t t) { return std::exp((static_cast<double>(logits[t]) - max) * inv_t); };
     // Upper bounds of the weights: one vectorised pass over the row, or per token after min_p's
     // floor has dropped most of them.
     thread_local std::vector<float> bound;
@@ -185,10 +185,9 @@ int32_t race_row(const float* logits, int64_t n, float temperature, float min_p,
     for (int64_t i = 0; i < n; ++i) {
         if (!(logits[i] >= floor)) continue;
         const double u = uniform_of(mix64(key ^ token_hash[i]));
+        if (i == top) continue;
         const float w_bound = min_p <= 0.0f ? bound[i] : exp_nonpositive((logits[i] - max) * inv_t_f);
-        if ((1.0 - u) * race.best_score >= w_bound * kWeightSlack || i == top) continue;
-        const double w = exact(i);
-        if (w >= min_p) race.enter(static_cast<int32_t>(i), w, u);
+        race.offer(static_cast<int32_t>(i), u, w_bound, min_p, exact);
     }
     return race.best;
 }

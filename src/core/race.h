@@ -42,6 +42,10 @@ MVLLM_HOST_DEVICE constexpr double race_uniform(uint64_t key, int32_t t) {
     return uniform_of(mix64(key ^ mix64(static_cast<uint64_t>(t))));
 }
 
+// How far below exp() of the same logits a row_weights weight can be: its own error and that of the
+// float argument (x - max) * inv_t, for arguments >= -87.
+constexpr double kWeightSlack = 1.0 + 1e-4;
+
 // The race of (token, weight) pairs entered one by one: the winner is argmax w / -log(u).
 // Weights need not be normalised (scaling them all changes no comparison).
 struct Race {
@@ -50,6 +54,14 @@ struct Race {
     double best_score = -1;
     void enter(int32_t t, double w, double u);
     void enter(int32_t t, double w) { enter(t, w, race_uniform(key, t)); }
+    // Enters token t (uniform u) unless it provably cannot win or min_p drops it: -log u >= 1 - u,
+    // so (1 - u) * best_score >= w_bound, an upper bound of its weight, rules it out before its
+    // exact weight (weight(t), double) and the logarithm are computed. The pruned races use it.
+    template <typename Weight>
+    void offer(int32_t t, double u, double w_bound, double min_p, Weight weight) {
+        if ((1.0 - u) * best_score >= w_bound * kWeightSlack) return;
+        if (const double w = weight(t); w >= min_p) enter(t, w, u);
+    }
 };
 
 // The draw of one row of logits [n] (temperature > 0): the race over every token whose weight is
@@ -73,8 +85,5 @@ double sum_where_below(const float* x, const float* w, int64_t n, float floor);
 // The sum of exp(x_i - max) over the x_i < cut, each to ~1-2 ulp (the float rounding of x_i - max
 // carried into the polynomial).
 double exp_sum_below(const float* x, int64_t n, float max, float cut);
-// How far below exp() of the same logits a row_weights weight can be: its own error and that of the
-// float argument (x - max) * inv_t, for arguments >= -87.
-constexpr double kWeightSlack = 1.0 + 1e-4;
 
 }  // namespace mvllm

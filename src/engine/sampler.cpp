@@ -216,10 +216,7 @@ int32_t draw_nucleus(const float* logits, int64_t n, const SamplingParams& p, fl
     Race race{key};
     race.enter(top, 1.0);
     auto consider = [&](int32_t t) {
-        if (t == top) return;
-        const double u = race_uniform(key, t);
-        if ((1.0 - u) * race.best_score >= w[t] * kWeightSlack) return;  // cannot win (race_row)
-        if (const double wt = exact(t); wt >= p.min_p) race.enter(t, wt, u);
+        if (t != top) race.offer(t, race_uniform(key, t), w[t], p.min_p, exact);
     };
     for (const int32_t t : sure) consider(t);
     for (size_t i = 0; i < cut; ++i) consider(walked[i]);
