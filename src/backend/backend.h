@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/race.h"
+#include "core/draw.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kv/batch.h"
@@ -157,8 +157,8 @@ public:
     // Greedy sampling: dst[r] = the first index of the maximum of row r of an F32 tensor and,
     // when logprob is not null, logprob[r] = that token's log-softmax, x[r][dst[r]] - log sum_i
     // exp x[r][i] (here in double, as the engine's sampler computes it for other requests).
-    // With draws (one per row, or null), a row whose draws[r].temperature > 0 is instead the draw
-    // of race_row (core/race.h) with that temperature, min_p and key; such rows have no logprob.
+    // With draws (one per row, or null), a row whose draws[r].temperature > 0 is instead
+    // draw_row's token (core/draw.h: top_k, top_p, min_p, the race); such rows have no logprob.
     virtual void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr,
                              const TokenDraw* draws = nullptr) {
         std::vector<float> host(static_cast<size_t>(x.n_elements()));
@@ -168,7 +168,7 @@ public:
             const float* row = host.data() + r * width;
             if (draws && draws[r].temperature > 0.0f) {
                 MVLLM_CHECK(logprob == nullptr) << "a drawn token has no greedy logprob";
-                dst[r] = race_row(row, width, draws[r].temperature, draws[r].min_p, draws[r].key);
+                dst[r] = draw_row(row, width, draws[r]);
                 continue;
             }
             dst[r] = static_cast<int32_t>(std::max_element(row, row + width) - row);

@@ -21,11 +21,15 @@
 
 namespace mvllm {
 
-// How a backend picks a row's token: the argmax when temperature is 0, otherwise race_row.
+// How a row's token is picked: the argmax when temperature is 0 (or top_k is 1), otherwise the
+// race over the tokens top_k, then top_p, then min_p keep (core/draw.h: draw_row; race_row when
+// neither top_k nor top_p truncates).
 struct TokenDraw {
     float temperature = 0.0f;
     float min_p = 0.0f;  // keep the tokens with w >= min_p (the top token's weight is 1)
     uint64_t key = 0;    // one fresh random value per draw (the request's seeded generator)
+    int32_t top_k = 0;   // keep the k first tokens by (logit descending, id ascending); 0: all
+    float top_p = 1.0f;  // then the shortest such head holding top_p of their mass; 1: all
 };
 
 // SplitMix64's finaliser: a counter-based generator, one independent 64-bit value per input.

@@ -143,23 +143,17 @@ bool Engine::Impl::step(Status* status) {
     return true;
 }
 
-// A sampled row the backend can draw itself: temperature and min_p only (core/race.h), the same
-// race the host sampler runs for such rows, keyed by the same one value of the request's generator.
-static bool backend_draws(const SamplingParams& p, int64_t n_vocab) {
-    return p.temperature > 0.0f && (p.top_k == 0 || p.top_k >= n_vocab) && p.top_p >= 1.0f;
-}
-
-// A step whose sampled rows all take the plain argmax (greedy, no penalties, no drafts, at most
-// the chosen token's logprob: logprobs 0) or a backend draw (no logprobs in the step) lets the
-// backend pick the tokens: only the ids (and their log-softmax) leave the device, not the logits.
-static bool backend_picks_tokens(const SchedulerOutput& plan, int64_t n_vocab) {
+// A step whose sampled rows have no penalties, no drafts and at most the chosen token's logprob
+// (logprobs 0) lets the backend pick the tokens: the argmax of greedy rows, draw_row's token of
+// sampled ones (core/draw.h: top_k, top_p, min_p; then no logprobs in the step). Only the ids (and
+// the greedy rows' log-softmax) leave the device, not the logits.
+static bool backend_picks_tokens(const SchedulerOutput& plan) {
     bool drawn = false, logprobs = false;
     for (const ScheduledSequence& s : plan.scheduled) {
         if (!s.sample) continue;
         const SamplingParams& p = s.seq->params;
-        if (!(is_greedy(p) || backend_draws(p, n_vocab)) || p.repetition_penalty != 1.0f ||
-            p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.logprobs > 0 ||
-            !s.seq->draft.tokens.empty())
+        if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
+            p.logprobs > 0 || !s.seq->draft.tokens.empty())
             return false;
         drawn |= !is_greedy(p);
         logprobs |= p.logprobs >= 0;
@@ -175,7 +169,7 @@ static bool wants_logprobs(const SchedulerOutput& plan) {
 
 Status Engine::Impl::run_models(const SchedulerOutput& plan) {
     if (speculator) MVLLM_TRY(speculator->propose(plan));
-    greedy_step = backend_picks_tokens(plan, decoder.config().n_vocab);
+    greedy_step = backend_picks_tokens(plan);
     const Batch batch = build_batch(plan);
     if (const int64_t padding = batch.n_tokens() - plan.n_tokens; padding > 0 && pad_block >= 0) {
         std::lock_guard<std::mutex> lock(counters_mu);
@@ -187,7 +181,7 @@ Status Engine::Impl::run_models(const SchedulerOutput& plan) {
         for (const ScheduledSequence& s : plan.scheduled) {
             if (!s.sample) continue;
             const SamplingParams& p = s.seq->params;
-            draws.push_back(is_greedy(p) ? TokenDraw{} : TokenDraw{p.temperature, p.min_p, s.seq->rng()});
+            draws.push_back(is_greedy(p) ? TokenDraw{} : token_draw(p, s.seq->rng()));
         }
         const bool any_drawn = std::any_of(draws.begin(), draws.end(), [](const TokenDraw& d) { return d.temperature > 0; });
         if (any_drawn) draws.resize(batch.logit_rows.size());  // padding rows: argmax

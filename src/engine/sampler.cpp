@@ -1,5 +1,6 @@
 #include "engine/sampler.h"
 
+#include "core/draw.h"
 #include "core/race.h"
 
 #include <algorithm>
@@ -30,220 +31,6 @@ void apply_penalties(float* logits, int64_t n_vocab, const SamplingParams& param
             if (t >= 0 && t < n_vocab) logits[t] -= params.presence_penalty + params.frequency_penalty * c;
     }
 }
-
-// How the sampler stays fast on a vocabulary of 150K tokens: nothing sorts or exponentiates the
-// whole row in double. A row is scanned a few times with cheap float work (core/race.h: the max,
-// float weights, threshold sums); only the few tokens that can matter (the head that top_k / top_p
-// / min_p keep, the tokens that could still win the race) get the exact double arithmetic of the
-// definitions in sampler.h. Without top_k and top_p the draw is core's race_row, which backends
-// that pick tokens themselves (TokenDraw) implement too.
-namespace {
-
-// Sorting order of the kept tokens: logit descending, then token id ascending.
-struct ByLogit {
-    const float* logits;
-    bool operator()(int32_t a, int32_t b) const { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); }
-};
-
-// The indices of the tokens whose logit is >= floor, in ByLogit order.
-std::vector<int32_t> tokens_at_least(const float* logits, int64_t n, float floor) {
-    std::vector<int32_t> idx;
-    for (int64_t i = 0; i < n; ++i)
-        if (logits[i] >= floor) idx.push_back(static_cast<int32_t>(i));
-    std::sort(idx.begin(), idx.end(), ByLogit{logits});
-    return idx;
-}
-
-// The k first tokens in ByLogit order (all n, sorted, when k >= n): one pass that keeps a buffer
-// of candidates at or above the k-th best logit seen so far, trimmed to k whenever it holds 4 k.
-std::vector<int32_t> top_k_tokens(const float* logits, int64_t n, int64_t k) {
-    const ByLogit by{logits};
-    if (k >= n) return tokens_at_least(logits, n, -std::numeric_limits<float>::infinity());
-    std::vector<int32_t> idx;
-    idx.reserve(static_cast<size_t>(4 * k));
-    float threshold = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < n; ++i) {
-        if (!(logits[i] >= threshold)) continue;
-        idx.push_back(static_cast<int32_t>(i));
-        if (static_cast<int64_t>(idx.size()) == 4 * k) {
-            std::nth_element(idx.begin(), idx.begin() + (k - 1), idx.end(), by);
-            idx.resize(static_cast<size_t>(k));
-            threshold = logits[idx.back()];
-        }
-    }
-    if (static_cast<int64_t>(idx.size()) > k) {
-        std::nth_element(idx.begin(), idx.begin() + (k - 1), idx.end(), by);
-        idx.resize(static_cast<size_t>(k));
-    }
-    std::sort(idx.begin(), idx.end(), by);
-    return idx;
-}
-
-// The tokens a sampled draw keeps (top_k, top_p, min_p) in ByLogit order with their exact weights
-// exp((l - max) / T) in double; empty when nothing is truncated (every token is kept). weights_sum
-// is the normaliser of those weights: the sum over the tokens top_k keeps (all of them without
-// top_k), before top_p and min_p cut the head.
-struct Kept {
-    std::vector<int32_t> tokens;
-    std::vector<double> weights;
-    double weights_sum = 0;
-    bool over_cap = false;  // top_p's candidates outnumbered max_candidates: tokens left empty
-};
-
-Kept kept_tokens(const float* logits, int64_t n_vocab, const SamplingParams& params, float max,
-                 std::vector<float>* scratch, size_t max_candidates = SIZE_MAX) {
-    Kept k;
-    const double inv_t = 1.0 / params.temperature;
-    auto exact = [&](int32_t t) { return std::exp((static_cast<double>(logits[t]) - max) * inv_t); };
-    const bool top_k = params.top_k > 0 && params.top_k < n_vocab;
-    if (!top_k && params.top_p >= 1.0f && params.min_p <= 0.0f) return k;
-    if (top_k) {
-        k.tokens = top_k_tokens(logits, n_vocab, params.top_k);
-        for (const int32_t t : k.tokens) k.weights.push_back(exact(t));
-        for (const double w : k.weights) k.weights_sum += w;
-    } else {
-        // Candidates: at or above min_p's floor (p >= min_p p_max, i.e. w >= min_p, since the top
-        // token's weight is 1), and, for top_p, enough of the head to hold top_p of the mass.
-        float floor = -std::numeric_limits<float>::infinity();
-        // Floors in logits sit 1e-3 (1 + |max|) below the exact one: the cuts below are exact.
-        const double margin = 1e-3 * (1.0 + std::fabs(max));
-        if (params.min_p > 0.0f) floor = static_cast<float>(max + params.temperature * std::log(params.min_p) - margin);
-        if (params.top_p < 1.0f) {
-            scratch->resize(static_cast<size_t>(n_vocab));
-            float* w = scratch->data();
-            k.weights_sum = row_weights(logits, n_vocab, max, static_cast<float>(inv_t), w);
-            // The head's weight floor tau: lowered (x 1/4, then squared below 1e-4) until the tokens
-            // above it hold top_p of the mass (with room for the float weights' error), or until
-            // the min_p floor is the higher one.
-            const double need = params.top_p * k.weights_sum * kWeightSlack;
-            for (float tau = 0.5f;; tau *= tau < 1e-4f ? tau : 0.25f) {
-                const double mass = sum_at_least(w, n_vocab, tau);
-                const float head_floor = tau > 1e-30f ? static_cast<float>(max + params.temperature * std::log(tau) - margin)
-                                                      : -std::numeric_limits<float>::infinity();
-                if (mass >= need || head_floor <= floor || tau <= 1e-30f) {
-                    floor = std::max(floor, head_floor);
-                    break;
-                }
-            }
-        }
-        if (max_candidates < static_cast<size_t>(n_vocab) &&
-            std::count_if(logits, logits + n_vocab, [&](float l) { return l >= floor; }) >
-                static_cast<std::ptrdiff_t>(max_candidates)) {
-            k.over_cap = true;
-            return k;
-        }
-        k.tokens = tokens_at_least(logits, n_vocab, floor);
-        for (const int32_t t : k.tokens) k.weights.push_back(exact(t));
-        if (params.top_p < 1.0f) {
-            // The normaliser again, from the candidates' exact weights and the float weights of the
-            // rest only, so that its error is that of the tail (it decides where the head ends).
-            k.weights_sum = sum_where_below(logits, scratch->data(), n_vocab, floor);
-            for (const double w : k.weights) k.weights_sum += w;
-        }
-    }
-    size_t n = k.tokens.size();
-    if (params.top_p < 1.0f) {  // the smallest head whose mass reaches top_p
-        double mass = 0;
-        for (size_t i = 0; i < n; ++i) {
-            mass += k.weights[i] / k.weights_sum;
-            if (mass >= params.top_p) {
-                n = i + 1;
-                break;
-            }
-        }
-    }
-    if (params.min_p > 0.0f) {
-        const double floor = params.min_p * k.weights[0];
-        size_t m = 1;
-        while (m < n && k.weights[m] >= floor) ++m;
-        n = m;
-    }
-    k.tokens.resize(n);
-    k.weights.resize(n);
-    return k;
-}
-
-// top_p without top_k, without sorting the head (which holds most of the vocabulary when the
-// logits are flat): the tokens are bucketed by their distance below the max logit (4,096 buckets
-// of T / 48 each; the last also takes everything further down), each bucket's float weights summed.
-// The buckets before the one where the mass reaches top_p are wholly kept; that bucket and its two
-// neighbours (room for the float sums' error) are sorted and walked with exact weights, as
-// kept_tokens walks the whole head. The race then runs over the kept tokens, pruned as race_row's.
-// Returns -1 where the walk finds no cut (the float mass and the exact one disagree about the
-// bucket), for the caller to take the sorting path.
-int32_t draw_nucleus(const float* logits, int64_t n, const SamplingParams& p, float max, uint64_t key) {
-    constexpr int kBuckets = 4096;
-    const double inv_t = 1.0 / p.temperature;
-    const float scale = static_cast<float>(48.0 * inv_t);
-    thread_local std::vector<float> w;
-    thread_local std::vector<uint16_t> bucket;  // kBuckets: NaN, never kept
-    w.resize(static_cast<size_t>(n));
-    bucket.resize(static_cast<size_t>(n));
-    const double total = row_weights(logits, n, max, static_cast<float>(inv_t), w.data());
-    double mass[kBuckets] = {};
-    for (int64_t i = 0; i < n; ++i) {
-        const float d = (max - logits[i]) * scale;  // >= 0, +inf for -inf logits, NaN for NaN
-        const int b = d < kBuckets - 1 ? static_cast<int>(d) : d == d ? kBuckets - 1 : kBuckets;
-        bucket[i] = static_cast<uint16_t>(b);
-        if (b < kBuckets) mass[b] += w[i];
-    }
-    const double need = p.top_p * total;
-    int crossing = 0;
-    double before = 0;  // float mass of the buckets before `crossing`
-    while (crossing < kBuckets - 1 && before + mass[crossing] < need) before += mass[crossing++];
-    const int first_walked = std::max(0, crossing - 1), last_walked = std::min(kBuckets - 1, crossing + 1);
-    double cumulative = 0;
-    for (int b = 0; b < first_walked; ++b) cumulative += mass[b];
-    thread_local std::vector<int32_t> sure, walked;
-    sure.clear();
-    walked.clear();
-    for (int64_t i = 0; i < n; ++i) {
-        const int b = bucket[i];
-        if (b < first_walked) sure.push_back(static_cast<int32_t>(i));
-        else if (b <= last_walked) walked.push_back(static_cast<int32_t>(i));
-    }
-    std::sort(walked.begin(), walked.end(), ByLogit{logits});
-    auto exact = [&](int32_t t) { return std::exp((static_cast<double>(logits[t]) - max) * inv_t); };
-    size_t cut = walked.size();
-    for (size_t i = 0; i < walked.size(); ++i)
-        if ((cumulative += exact(walked[i])) >= need) {
-            cut = i + 1;
-            break;
-        }
-    if (cut == walked.size() && cumulative < need && last_walked < kBuckets - 1) return -1;
-    // The race over `sure` and walked[0, cut), min_p applied to the exact weight.
-    const int32_t top = row_argmax(logits, n);
-    Race race{key};
-    race.enter(top, 1.0);
-    auto consider = [&](int32_t t) {
-        if (t != top) race.offer(t, race_uniform(key, t), w[t], p.min_p, exact);
-    };
-    for (const int32_t t : sure) consider(t);
-    for (size_t i = 0; i < cut; ++i) consider(walked[i]);
-    return race.best;
-}
-
-// A sampled draw (temperature > 0): the race over the tokens kept_tokens keeps, or over all.
-int32_t draw_sampled(const float* logits, int64_t n_vocab, const SamplingParams& params, uint64_t key) {
-    const bool top_k = params.top_k > 0 && params.top_k < n_vocab;
-    if (!top_k && params.top_p >= 1.0f)  // what a backend may draw itself (TokenDraw)
-        return race_row(logits, n_vocab, params.temperature, params.min_p, key);
-    const float max = row_max(logits, n_vocab);
-    if (!std::isfinite(max)) return row_argmax(logits, n_vocab);
-    // top_p: the head sorted when it is short (a trained model's row, mostly), bucketed when long.
-    constexpr size_t kSortedHead = 16384;
-    thread_local std::vector<float> scratch;
-    Kept k = kept_tokens(logits, n_vocab, params, max, &scratch, top_k ? SIZE_MAX : kSortedHead);
-    if (k.over_cap) {
-        if (const int32_t t = draw_nucleus(logits, n_vocab, params, max, key); t >= 0) return t;
-        k = kept_tokens(logits, n_vocab, params, max, &scratch);
-    }
-    Race race{key};
-    for (size_t i = 0; i < k.tokens.size(); ++i) race.enter(k.tokens[i], k.weights[i]);
-    return race.best;
-}
-
-}  // namespace
 
 void token_logprob(const float* logits, int64_t n_vocab, int32_t token, int32_t n_top, TokenLogprob* out) {
     const float max = row_max(logits, n_vocab);
@@ -284,33 +71,25 @@ int32_t draw_token(const std::vector<std::pair<int32_t, float>>& dist, uint64_t 
 
 std::vector<std::pair<int32_t, float>> sampling_distribution(const float* logits, int64_t n_vocab,
                                                              const SamplingParams& params) {
-    const float max = row_max(logits, n_vocab);
-    if (params.temperature <= 0.0f || params.top_k == 1 || !std::isfinite(max))
-        return {{row_argmax(logits, n_vocab), 1.0f}};
-    thread_local std::vector<float> scratch;
-    Kept k = kept_tokens(logits, n_vocab, params, max, &scratch);
-    if (k.tokens.empty()) {  // nothing truncated: every token, in ByLogit order
-        k.tokens = top_k_tokens(logits, n_vocab, n_vocab);
-        const double inv_t = 1.0 / params.temperature;
-        for (const int32_t t : k.tokens) k.weights.push_back(std::exp((static_cast<double>(logits[t]) - max) * inv_t));
-    }
-    double kept = 0;
-    for (const double w : k.weights) kept += w;
-    std::vector<std::pair<int32_t, float>> out(k.tokens.size());
-    for (size_t i = 0; i < out.size(); ++i) out[i] = {k.tokens[i], static_cast<float>(k.weights[i] / kept)};
+    const std::vector<std::pair<int32_t, double>> kept = kept_distribution(logits, n_vocab, token_draw(params, 0));
+    double sum = 0;
+    for (const auto& [t, w] : kept) sum += w;
+    std::vector<std::pair<int32_t, float>> out(kept.size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = {kept[i].first, static_cast<float>(kept[i].second / sum)};
     return out;
+}
+
+TokenDraw token_draw(const SamplingParams& p, uint64_t key) {
+    if (p.temperature <= 0.0f || p.top_k == 1) return TokenDraw{};
+    return TokenDraw{p.temperature, p.min_p, key, p.top_k, p.top_p};
 }
 
 int32_t sample_token(float* logits, int64_t n_vocab, const SamplingParams& params,
                      const std::vector<int32_t>& tokens, int64_t n_prompt, std::mt19937_64& rng,
                      TokenLogprob* logprob) {
     apply_penalties(logits, n_vocab, params, tokens, n_prompt);
-    int32_t token;
-    if (params.temperature <= 0.0f || params.top_k == 1) {
-        token = row_argmax(logits, n_vocab);
-    } else {
-        token = draw_sampled(logits, n_vocab, params, rng());
-    }
+    const bool greedy = params.temperature <= 0.0f || params.top_k == 1;
+    const int32_t token = greedy ? row_argmax(logits, n_vocab) : draw_row(logits, n_vocab, token_draw(params, rng()));
     if (logprob != nullptr && params.logprobs >= 0) token_logprob(logits, n_vocab, token, params.logprobs, logprob);
     return token;
 }

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/race.h"
 #include "engine/engine.h"
 
 namespace mvllm {
@@ -21,6 +22,9 @@ void apply_penalties(float* logits, int64_t n_vocab, const SamplingParams& param
 // probability) pairs by decreasing probability, summing to 1. Greedy gives one pair.
 std::vector<std::pair<int32_t, float>> sampling_distribution(const float* logits, int64_t n_vocab,
                                                              const SamplingParams& params);
+
+// The draw of a request's row keyed by key (core/draw.h): TokenDraw{} (the argmax) when greedy.
+TokenDraw token_draw(const SamplingParams& params, uint64_t key);
 
 // Samples the next token of a sequence whose ids are tokens (prompt first). logits [n_vocab] f32
 // is modified (penalties). logprob receives the sampled token's logprob (and the top

@@ -194,8 +194,9 @@ Result<uint64_t> Decoder::forward_greedy_enqueue(const Batch& batch, KvCache& ca
         if (draws.size() != batch.logit_rows.size())
             return make_error(draws.size(), " token draws for ", batch.logit_rows.size(), " logit rows");
         for (const TokenDraw& d : draws) {
-            if (!(d.temperature >= 0.0f) || !(d.min_p >= 0.0f && d.min_p <= 1.0f))
-                return make_error("a token draw's temperature must be >= 0 and its min_p in [0, 1]");
+            if (!(d.temperature >= 0.0f) || !(d.min_p >= 0.0f && d.min_p <= 1.0f) || d.top_k < 0 ||
+                !(d.top_p > 0.0f && d.top_p <= 1.0f))
+                return make_error("a token draw needs temperature >= 0, min_p in [0, 1], top_k >= 0 and top_p in (0, 1]");
             if (d.temperature > 0.0f && logprobs) return make_error("a drawn token has no greedy logprob");
         }
     }

@@ -186,7 +186,7 @@ TEST(Engine, WarmUpLeavesNoTraceAndChangesNoOutput) {
 // the host) are not padded; with padding off no row is added. Drawn and host-sampled tokens are the
 // same with and without padding.
 TEST(Engine, DecodePaddingChangesNoOutput) {
-    std::vector<Outcome> drawn[2], nucleus[2];
+    std::vector<Outcome> drawn[2], nucleus[2], penalised[2];
     for (const auto mode : {EngineOptions::DecodePadding::On, EngineOptions::DecodePadding::Off}) {
         const bool on = mode == EngineOptions::DecodePadding::On;
         EngineOptions o = small_options(64);
@@ -214,18 +214,23 @@ TEST(Engine, DecodePaddingChangesNoOutput) {
         }
         drawn[on ? 0 : 1] = run_all(**engine, hot);  // drawn by the backend: padded like greedy steps
         const int64_t drawn_padding = (*engine)->counters().n_padding_rows - greedy_padding;
-        for (Request& r : hot) r.sampling.top_p = 0.9f;
-        nucleus[on ? 0 : 1] = run_all(**engine, hot);  // sampled on the host: not padded
+        for (Request& r : hot) r.sampling.top_p = 0.9f, r.sampling.top_k = 20;
+        nucleus[on ? 0 : 1] = run_all(**engine, hot);  // drawn by the backend too: padded
+        const int64_t nucleus_padding = (*engine)->counters().n_padding_rows - greedy_padding - drawn_padding;
+        for (Request& r : hot) r.sampling.repetition_penalty = 1.3f;
+        penalised[on ? 0 : 1] = run_all(**engine, hot);  // sampled on the host: not padded
         const EngineCounters c = (*engine)->counters();
         if (on) {
             EXPECT_GT(greedy_padding, 0);
             EXPECT_GT(drawn_padding, 0);
+            EXPECT_GT(nucleus_padding, 0);
         }
-        EXPECT_EQ(c.n_padding_rows, greedy_padding + drawn_padding);  // none in the host-sampled steps
+        // none in the host-sampled steps
+        EXPECT_EQ(c.n_padding_rows, greedy_padding + drawn_padding + nucleus_padding);
         if (!on) {
             EXPECT_EQ(c.n_padding_rows, 0);
         }
-        EXPECT_EQ(c.n_finished, 9);
+        EXPECT_EQ(c.n_finished, 12);
         EXPECT_EQ(c.n_free_blocks, 64);
         EXPECT_EQ(c.n_total_blocks, 64);
     }
@@ -234,19 +239,23 @@ TEST(Engine, DecodePaddingChangesNoOutput) {
         EXPECT_EQ(drawn[0][i].tokens, drawn[1][i].tokens) << "drawn request " << i;
         EXPECT_EQ(nucleus[0][i].tokens.size(), 10u);
         EXPECT_EQ(nucleus[0][i].tokens, nucleus[1][i].tokens) << "nucleus request " << i;
+        EXPECT_EQ(penalised[0][i].tokens.size(), 10u);
+        EXPECT_EQ(penalised[0][i].tokens, penalised[1][i].tokens) << "penalised request " << i;
     }
 }
 
 // A drawn token is the host sampler's: the same seeded requests give the same tokens whether the
-// backend draws them (temperature, min_p) or the engine samples the logits on the host (the same
-// requests asking for top logprobs, which only the host path computes).
+// backend draws them (temperature, top_k, top_p, min_p) or the engine samples the logits on the
+// host (the same requests asking for top logprobs, which only the host path computes).
 TEST(Engine, BackendDrawsEqualHostSampling) {
     std::mt19937 rng(23);
-    std::vector<Request> on_backend(4);
+    std::vector<Request> on_backend(7);
     for (size_t i = 0; i < on_backend.size(); ++i) {
         on_backend[i].prompt_ids = random_prompt(rng, 5 + 3 * static_cast<int>(i));
         on_backend[i].sampling.temperature = i % 2 ? 1.3f : 0.7f;
-        on_backend[i].sampling.min_p = i < 2 ? 0.0f : 0.05f;
+        on_backend[i].sampling.min_p = i == 2 || i == 3 || i == 6 ? 0.05f : 0.0f;
+        on_backend[i].sampling.top_k = i == 4 || i == 6 ? 12 : 0;
+        on_backend[i].sampling.top_p = i == 5 || i == 6 ? 0.8f : 1.0f;
         on_backend[i].sampling.seed = 7 + static_cast<int64_t>(i);
         on_backend[i].sampling.max_tokens = 16;
         on_backend[i].sampling.ignore_eos = true;
