@@ -141,6 +141,9 @@ struct EngineOptions {
     // warm-up runs on a backend that records steps; On: always (tests); Off: never.
     enum class DecodePadding { Off, Auto, On };
     DecodePadding decode_padding = DecodePadding::Auto;
+    // Sample every token on the host from copied logits, even where the backend could pick it
+    // (greedy, or drawn with temperature, top_k, top_p and min_p: core/draw.h): for comparisons.
+    bool host_sampling = false;
 };
 
 // Text streaming. The engine asks the factory for one decoder per request; without a factory and

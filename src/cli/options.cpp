@@ -84,6 +84,9 @@ void add_kv_pool_options(CLI::App* cmd, KvPoolArgs* a) {
     cmd->add_flag("--no-warmup", a->no_warmup,
                   "skip the start-up warm-up (CUDA: a few throw-away steps per batch size 1, 2, 4, ... max-seqs "
                   "and context bucket that load kernels, time GEMM algorithms and record the decode graphs)");
+    cmd->add_flag("--host-sampling", a->host_sampling,
+                  "pick every token on the host from copied logits, also those the device could pick (greedy, "
+                  "temperature, top_k, top_p, min_p): for comparisons");
     cmd->add_flag("--no-decode-padding", a->no_decode_padding,
                   "do not pad decode steps to the next warm-up batch size (with padding, a step of any size "
                   "replays a recorded graph; the padding rows' outputs are dropped)");
@@ -92,6 +95,7 @@ void add_kv_pool_options(CLI::App* cmd, KvPoolArgs* a) {
 Status apply_kv_pool_options(const KvPoolArgs& a, EngineOptions* eo) {
     eo->warmup = a.no_warmup ? EngineOptions::Warmup::Off : EngineOptions::Warmup::Auto;
     eo->decode_padding = a.no_decode_padding ? EngineOptions::DecodePadding::Off : EngineOptions::DecodePadding::Auto;
+    eo->host_sampling = a.host_sampling;
     if (a.gpu_memory_utilization != 0) {
         if (!a.kv_cache_memory.empty())
             return make_error("give --kv-cache-memory or --gpu-memory-utilization, not both");

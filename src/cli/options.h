@@ -74,6 +74,7 @@ struct KvPoolArgs {
     double gpu_memory_utilization = 0;
     bool no_warmup = false;
     bool no_decode_padding = false;
+    bool host_sampling = false;
 };
 void add_kv_pool_options(CLI::App* cmd, KvPoolArgs* a);
 Status apply_kv_pool_options(const KvPoolArgs& a, EngineOptions* eo);

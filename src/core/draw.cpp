@@ -159,6 +159,7 @@ int32_t draw_nucleus(const float* logits, int64_t n, const TokenDraw& p, float m
     w.resize(static_cast<size_t>(n));
     bucket.resize(static_cast<size_t>(n));
     const double total = row_weights(logits, n, max, static_cast<float>(inv_t), w.data());
+    if (!std::isfinite(total)) return -1;  // NaN logits: the sorting path, which drops them
     double mass[kBuckets] = {};
     for (int64_t i = 0; i < n; ++i) {
         const float d = (max - logits[i]) * scale;  // >= 0, +inf for -inf logits, NaN for NaN

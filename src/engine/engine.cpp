@@ -169,7 +169,7 @@ static bool wants_logprobs(const SchedulerOutput& plan) {
 
 Status Engine::Impl::run_models(const SchedulerOutput& plan) {
     if (speculator) MVLLM_TRY(speculator->propose(plan));
-    greedy_step = backend_picks_tokens(plan);
+    greedy_step = !options.host_sampling && backend_picks_tokens(plan);
     const Batch batch = build_batch(plan);
     if (const int64_t padding = batch.n_tokens() - plan.n_tokens; padding > 0 && pad_block >= 0) {
         std::lock_guard<std::mutex> lock(counters_mu);

@@ -21,7 +21,7 @@ struct EngineRun {
 };
 
 // temperature 0: greedy requests; otherwise seeded draws at that temperature (min_p 0.02 for every
-// other request), with `logprobs` (1 sends them through the host sampler, -1 lets the device draw).
+// other request, top_k 20 for two, top_p 0.85 for two, one of them with both), with `logprobs` (1 sends them through the host sampler, -1 lets the device draw).
 EngineRun run_engine(const Model& model, bool warmup, float temperature = 0.0f, int32_t logprobs = -1) {
     EngineRun r;
     auto be = make_cuda();
@@ -51,6 +51,8 @@ EngineRun run_engine(const Model& model, bool warmup, float temperature = 0.0f, 
         for (int k = 0; k < n_prompt; ++k) q.prompt_ids.push_back(static_cast<int32_t>((7 + 31 * k + 101 * i) % n_vocab));
         q.sampling.temperature = temperature;
         q.sampling.min_p = i % 2 ? 0.02f : 0.0f;
+        q.sampling.top_k = i == 1 || i == 4 ? 20 : 0;  // truncated on the device (draw_cut.cu)
+        q.sampling.top_p = i >= 3 ? 0.85f : 1.0f;
         q.sampling.seed = 1000 + i;
         q.sampling.logprobs = logprobs;
         q.sampling.ignore_eos = true;
@@ -102,7 +104,7 @@ TEST(EngineWarmUp, RecordsGraphsAndLeavesNoTrace) {
     EXPECT_EQ(warm.after.n_free_blocks, warm.after.n_total_blocks);
 }
 
-// Seeded requests with a temperature, drawn on the device (core/race.h through cuda::launch_draw,
+// Seeded requests with a temperature, drawn on the device (core/draw.h through cuda::launch_draw,
 // in padded decode steps that replay the warm-up's graphs) give the tokens the engine's host
 // sampler gives them from the logits (the same requests asking for logprobs, which only the host
 // path computes), and they are really sampled (not the greedy tokens).

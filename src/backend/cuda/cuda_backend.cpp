@@ -74,6 +74,7 @@ CudaBackend::Impl::~Impl() {
     if (argmax_fed) cudaFree(argmax_fed);
     if (draws_host) cudaFreeHost(draws_host);
     if (draws_dev) cudaFree(draws_dev);
+    if (draw_cuts) cudaFree(draw_cuts);
     if (draw_score) cudaFree(draw_score);
     if (draw_index) cudaFree(draw_index);
     for (ArgmaxSlot& slot : argmax_slots)
@@ -588,10 +589,12 @@ void CudaBackend::Impl::ensure_draws(size_t rows, int64_t parts) {
     MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * cap * sizeof(TokenDraw), cudaHostAllocDefault));
     if (draws_host) cudaFreeHost(draws_host);
     if (draws_dev) cudaFree(draws_dev);
+    if (draw_cuts) cudaFree(draw_cuts);
     if (draw_score) cudaFree(draw_score);
     if (draw_index) cudaFree(draw_index);
     draws_host = host;
     MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draws_dev), 2 * cap * sizeof(TokenDraw)));
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draw_cuts), cap * sizeof(cuda::DrawCut)));
     MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draw_score), cap * p * sizeof(double)));
     MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draw_index), cap * p * sizeof(int32_t)));
     draw_rows = cap;
@@ -601,10 +604,12 @@ void CudaBackend::Impl::ensure_draws(size_t rows, int64_t parts) {
 uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const TokenDraw* draws) {
     Impl& im = *impl_;
     const size_t rows = static_cast<size_t>(x.ne[1]);
-    bool drawn = false, any_min_p = false;
+    bool drawn = false, any_min_p = false, any_cut = false;
     for (size_t r = 0; draws && r < rows; ++r) {
-        drawn |= draws[r].temperature > 0.0f;
-        any_min_p |= draws[r].temperature > 0.0f && draws[r].min_p > 0.0f;
+        if (!(draws[r].temperature > 0.0f)) continue;
+        drawn = true;
+        any_min_p |= draws[r].min_p > 0.0f;
+        any_cut |= truncates(draws[r], x.ne[0]);
     }
     MVLLM_CHECK(!(drawn && logprob)) << "a drawn token has no greedy logprob";
     im.ensure_argmax(rows);
@@ -622,7 +627,8 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
         std::memcpy(im.draws_host + s * im.draw_rows, draws, rows * sizeof(TokenDraw));
         MVLLM_CUDA_OK(cudaMemcpyAsync(im.draws_dev + s * im.draw_rows, im.draws_host + s * im.draw_rows,
                                       rows * sizeof(TokenDraw), cudaMemcpyHostToDevice, im.stream));
-        cuda::launch_draw(x, im.draws_dev + s * im.draw_rows, any_min_p, im.argmax_keys, im.draw_score, im.draw_index,
+        cuda::launch_draw(x, im.draws_dev + s * im.draw_rows, any_min_p, any_cut, im.argmax_keys, im.draw_cuts,
+                          im.draw_score, im.draw_index,
                           im.argmax_out_dev + s * im.argmax_capacity, im.argmax_fed, im.stream);
     } else if (rows > 0) {
         cuda::launch_argmax(x, im.argmax_keys, im.argmax_out_dev + s * im.argmax_capacity, im.argmax_fed, im.stream);

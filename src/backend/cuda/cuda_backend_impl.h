@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_batch.h"
 #include "backend/cuda/matmul.cuh"
+#include "backend/cuda/ops.cuh"
 
 namespace mvllm {
 
@@ -123,10 +124,11 @@ struct CudaBackend::Impl {
     // Grows the argmax buffers to at least `rows` (keeping both slots and the fed copy).
     void ensure_argmax(size_t rows);
     // Sampled draws (argmax_enqueue with TokenDraws): the rows' draws staged in pinned host memory
-    // and copied to the device (two slots, as the results); the partial (score, index) scratch of
-    // launch_draw.
+    // and copied to the device (two slots, as the results); the cuts (top_k, top_p) and partial
+    // (score, index) scratch of launch_draw.
     TokenDraw* draws_host = nullptr;  // [2][draw_rows], host (pinned)
     TokenDraw* draws_dev = nullptr;   // [2][draw_rows], device
+    cuda::DrawCut* draw_cuts = nullptr;  // [draw_rows], device
     double* draw_score = nullptr;     // [draw_rows * draw_parts], device
     int32_t* draw_index = nullptr;
     size_t draw_rows = 0;

@@ -269,13 +269,19 @@ __device__ __forceinline__ void draw_warp_best(double& best, int32_t& best_i) {
 // read only for rows with min_p > 0, which keep the tokens with exp((x_t - max) / T) >= min_p as
 // race_row does. Grid (ceil(width / kDrawChunk), n_rows), kDrawThreads threads.
 __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float* x, int64_t width, const TokenDraw* draws,
-                                                                   const unsigned long long* keys, double* part_score,
-                                                                   int32_t* part_index) {
+                                                                   const unsigned long long* keys, const DrawCut* cuts,
+                                                                   double* part_score, int32_t* part_index) {
     pdl_begin();
     __shared__ TokenDraw row_draw;
+    __shared__ DrawCut row_cut;
     __shared__ double warp_score[kDrawThreads / 32];
     __shared__ int32_t warp_index[kDrawThreads / 32];
-    if (threadIdx.x == 0) row_draw = draws[blockIdx.y];
+    if (threadIdx.x == 0) {
+        row_draw = draws[blockIdx.y];
+        const TokenDraw& d = row_draw;
+        const bool cut = d.temperature > 0.0f && ((d.top_k > 0 && d.top_k < width) || d.top_p < 1.0f);
+        row_cut = cut ? cuts[blockIdx.y] : DrawCut{0u, INT_MAX};  // (every order key is above 0)
+    }
     const float* r = x + blockIdx.y * width;
     const int64_t begin = static_cast<int64_t>(blockIdx.x) * kDrawChunk + threadIdx.x;
     float v[kDrawPer];
@@ -286,6 +292,7 @@ __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float*
     }
     __syncthreads();
     const TokenDraw d = row_draw;
+    const DrawCut c = row_cut;
     const float max = d.min_p > 0.0f ? argmax_key_value(keys[blockIdx.y]) : 0.0f;
     // race_row draws when the row's maximum is finite (min_p needs it; without min_p the log-space
     // score ranks infinities as the argmax would)
@@ -299,6 +306,8 @@ __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float*
         if (i >= width || isnan(v[j])) continue;
         double s = v[j];
         if (drawn) {
+            const uint32_t b = __float_as_uint(v[j] == 0.0f ? 0.0f : v[j]), k = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+            if (!(k > c.key || (k == c.key && i <= c.last))) continue;  // top_k / top_p's cut
             if (d.min_p > 0.0f && !(exp((static_cast<double>(v[j]) - max) * inv_t) >= d.min_p)) continue;
             const double u = race_uniform(d.key, static_cast<int32_t>(i));
             s = s * inv_t - log(-log(u));
@@ -547,19 +556,22 @@ void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, 
 
 int64_t draw_parts(int64_t width) { return ceil_div(width, kDrawChunk); }
 
-void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_min_p, unsigned long long* keys,
-                 double* part_score, int32_t* part_index, int32_t* out, int32_t* fed, cudaStream_t stream) {
+void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_max, bool any_cut, unsigned long long* keys,
+                 DrawCut* cuts, double* part_score, int32_t* part_index, int32_t* out, int32_t* fed,
+                 cudaStream_t stream) {
     MVLLM_CHECK(x.type == DType::F32) << "draw input " << type_name(x.type);
     const int64_t n_rows = x.ne[1], parts = draw_parts(x.ne[0]);
     if (n_rows == 0) return;
     const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>(n_rows));
     const float* xs = static_cast<const float*>(x.data);
-    if (any_min_p) {  // the rows' maxima into keys, for min_p's test
+    if (any_max || any_cut) {  // the rows' maxima into keys, for min_p's test and the weights of top_p
         launch_pdl(argmax_partial_kernel, dim3(static_cast<unsigned>(ceil_div(x.ne[0], kArgmaxChunk)), grid.y),
                    kArgmaxThreads, 0, stream, xs, x.ne[0], keys);
         MVLLM_CUDA_LAUNCH_CHECK();
     }
-    launch_pdl(draw_partial_kernel, grid, kDrawThreads, 0, stream, xs, x.ne[0], draws, keys, part_score, part_index);
+    if (any_cut) launch_draw_cut(xs, x.ne[0], n_rows, draws, keys, cuts, stream);
+    launch_pdl(draw_partial_kernel, grid, kDrawThreads, 0, stream, xs, x.ne[0], draws, keys, cuts, part_score,
+               part_index);
     MVLLM_CUDA_LAUNCH_CHECK();
     launch_pdl(draw_finish_kernel, static_cast<unsigned>(ceil_div(n_rows, 4)), 128, 0, stream, part_score, part_index,
                static_cast<int>(parts), keys, out, fed, n_rows);

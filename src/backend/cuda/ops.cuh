@@ -43,13 +43,26 @@ void launch_convert(const TensorView& src, const TensorView& dst, cudaStream_t s
 // each. out may be mapped host memory (the tokens then need no copy after the kernels); fed
 // (device, or null) receives them too, for the embedding of a step queued after this one.
 void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, int32_t* fed, cudaStream_t stream);
-// out[r] = row r's token by draws[r] (core/race.h; device memory): the argmax when
-// its temperature is 0, otherwise race_row's draw, computed in log space (the same winner up to
-// rounding ties). keys as launch_argmax (used when any_min_p: the rows' maxima); part_score /
-// part_index: device scratch of draw_parts(width) per row. out and fed as launch_argmax.
+// A row's kept head as a cut in the order (logit descending, token id ascending): the tokens whose
+// logit's order key is above `key`, and those at it with id <= last.
+struct DrawCut {
+    uint32_t key;
+    int32_t last;
+};
+// out[r] = row r's token by draws[r] (core/draw.h's draw_row; draws in device memory): the argmax
+// when its temperature is 0, otherwise the race over the tokens top_k, top_p and min_p keep,
+// computed in log space (the same winner up to rounding ties). keys as launch_argmax (used when
+// any_max: a row has min_p, top_k or top_p; the rows' maxima); cuts: device scratch of one DrawCut
+// per row (used when any_cut: a row has top_k or top_p); part_score / part_index: device scratch of
+// draw_parts(width) per row. out and fed as launch_argmax.
 int64_t draw_parts(int64_t width);
-void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_min_p, unsigned long long* keys,
-                 double* part_score, int32_t* part_index, int32_t* out, int32_t* fed, cudaStream_t stream);
+void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_max, bool any_cut, unsigned long long* keys,
+                 DrawCut* cuts, double* part_score, int32_t* part_index, int32_t* out, int32_t* fed,
+                 cudaStream_t stream);
+// cuts[r] for the rows whose draw truncates (top_k, top_p; draw_cut.cu), from x [n_rows][width] f32
+// and the rows' maxima in keys.
+void launch_draw_cut(const float* x, int64_t width, int64_t n_rows, const TokenDraw* draws,
+                     const unsigned long long* keys, DrawCut* cuts, cudaStream_t stream);
 // out[r] = the log-softmax of row r's maximum, -log sum_i exp(x[r][i] - max_r) (F32 x). One CTA
 // per row, one pass (running maximum and rescaled sum per thread, merged at the end).
 void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream);
