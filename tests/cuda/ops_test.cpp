@@ -687,11 +687,14 @@ TEST(CudaOps, ArgmaxOfVocabularyRowsTakesTheFirstMaximum) {
         float* r3 = x.data() + 3 * width;  // the maximum at index 0, a tie at the very end
         r3[0] = 9.0f;
         r3[width - 1] = 9.0f;
+        float* r4 = x.data() + 4 * width;  // NaN never wins (the host's argmax skips it)
+        r4[0] = r4[width / 2] = std::numeric_limits<float>::quiet_NaN();
         TensorView t = begin_with_input(*be, x, width, n_rows);
         std::vector<int32_t> got(n_rows);
         std::vector<float> lp(n_rows);
         be->argmax_rows(t, got.data(), lp.data());
-        for (int64_t r = 0; r < n_rows; ++r) {
+        EXPECT_EQ(got[4], row_argmax(r4, width)) << "width " << width;
+        for (int64_t r = 0; r < n_rows - 1; ++r) {
             const float* row = x.data() + r * width;
             EXPECT_EQ(got[r], argmax(row, width)) << "width " << width << " row " << r;
             double sum = 0;  // the chosen token's log-softmax in double

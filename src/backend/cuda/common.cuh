@@ -30,6 +30,16 @@ __device__ __forceinline__ void store_f(float* p, int64_t i, float v) { p[i] = v
 __device__ __forceinline__ void store_f(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
 __device__ __forceinline__ void store_f(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
+// A float's order as an unsigned key: a larger float has a larger key; -0 and +0, equal floats,
+// have one key (NaN: a key of its own, which the users skip). order_key_value is the inverse.
+__device__ __forceinline__ uint32_t order_key(float v) {
+    const uint32_t b = __float_as_uint(v == 0.0f ? 0.0f : v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float order_key_value(uint32_t k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
+}
+
 // One element of an F32/F16/BF16 tensor by runtime type (for small, non-hot kernels).
 __device__ __forceinline__ float load_any(const void* p, DType t, int64_t i) {
     if (t == DType::F32) return static_cast<const float*>(p)[i];

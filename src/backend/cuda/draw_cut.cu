@@ -22,14 +22,6 @@ constexpr int kPasses = 3, kFirstBits = 11;  // digits of 11, 11 and 10 bits fro
 constexpr int kMaxBins = 1 << kFirstBits;
 constexpr double kMassUnit = 0x1p43;  // a weight in [0, 1] in these units; 2^21 tokens fit 64 bits
 
-// A logit's order key (larger logit, larger key); -0 and +0 are one logit, so one key.
-__device__ __forceinline__ uint32_t order_key(float v) {
-    const uint32_t b = __float_as_uint(v == 0.0f ? 0.0f : v);
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-__device__ __forceinline__ float key_logit(uint32_t k) {
-    return __uint_as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
-}
 __device__ __forceinline__ unsigned long long fixed_weight(float v, float max, float inv_t) {
     return __double2ull_rn(static_cast<double>(__expf((v - max) * inv_t)) * kMassUnit);
 }
@@ -143,7 +135,7 @@ __device__ DrawCut select_cut(const float* r, int64_t width, DrawCut set, unsign
     }
     // The key is chosen: keep every token above it and the first m at it, by id.
     const uint32_t key = st->prefix;
-    const unsigned long long unit = kMass ? fixed_weight(key_logit(key), max, inv_t) : 1ull;
+    const unsigned long long unit = kMass ? fixed_weight(order_key_value(key), max, inv_t) : 1ull;
     const unsigned long long n_at = st->at / unit, m = (st->target - st->above + unit - 1) / unit;
     const int32_t all_at = key == set.key ? set.last : INT_MAX;
     if (m >= n_at) return DrawCut{key, all_at};
@@ -193,7 +185,7 @@ __global__ void __launch_bounds__(kCutThreads) draw_cut_kernel(const float* x, i
     const bool top_k = d.top_k > 0 && d.top_k < width;
     if (!(d.temperature > 0.0f) || !(top_k || d.top_p < 1.0f)) return;
     const float* r = x + blockIdx.x * width;
-    const float max = key_logit(static_cast<uint32_t>(keys[blockIdx.x] >> 32));
+    const float max = order_key_value(static_cast<uint32_t>(keys[blockIdx.x] >> 32));
     DrawCut cut{0u, INT_MAX};  // every token (NaN aside: the draw never keeps one)
     if (isfinite(max)) {       // otherwise the draw is the argmax, as on the host
         const float inv_t = 1.0f / d.temperature;

@@ -147,12 +147,11 @@ __global__ void convert_kernel(const void* src, DType st, void* dst, DType dt, i
         store_any(dst, dt, i, load_any(src, st, i));
 }
 
-// A float's order as an unsigned key (larger float -> larger key), packed above the complement
-// of its index so that one 64-bit atomicMax keeps the maximum and, on ties, the first index.
+// A float's order key (common.cuh) packed above the complement of its index, so that one 64-bit
+// atomicMax keeps the maximum and, on ties, the first index. NaN takes key 0, below every number
+// (the host's argmax skips NaN; a row of NaN alone gives its first index).
 __device__ __forceinline__ unsigned long long argmax_key(float v, uint32_t i) {
-    const uint32_t b = __float_as_uint(v);
-    const uint32_t k = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-    return (static_cast<unsigned long long>(k) << 32) | (0xFFFFFFFFu - i);
+    return (static_cast<unsigned long long>(isnan(v) ? 0u : order_key(v)) << 32) | (0xFFFFFFFFu - i);
 }
 
 // Reads row blockIdx.y of x, elements [blockIdx.x * kArgmaxChunk, +kArgmaxChunk); merges its
@@ -248,12 +247,6 @@ __device__ __forceinline__ bool draw_beats(double s, int32_t i, double best, int
     return s > best || (s == best && i < best_i);
 }
 
-// The float packed in argmax_partial_kernel's key (the row's maximum).
-__device__ __forceinline__ float argmax_key_value(unsigned long long key) {
-    const uint32_t k = static_cast<uint32_t>(key >> 32);
-    return __uint_as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
-}
-
 // The (score, index) of a warp's best, in every lane.
 __device__ __forceinline__ void draw_warp_best(double& best, int32_t& best_i) {
 #pragma unroll
@@ -293,7 +286,7 @@ __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float*
     __syncthreads();
     const TokenDraw d = row_draw;
     const DrawCut c = row_cut;
-    const float max = d.min_p > 0.0f ? argmax_key_value(keys[blockIdx.y]) : 0.0f;
+    const float max = d.min_p > 0.0f ? order_key_value(static_cast<uint32_t>(keys[blockIdx.y] >> 32)) : 0.0f;
     // race_row draws when the row's maximum is finite (min_p needs it; without min_p the log-space
     // score ranks infinities as the argmax would)
     const bool drawn = d.temperature > 0.0f && (d.min_p <= 0.0f || isfinite(max));
@@ -306,7 +299,7 @@ __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float*
         if (i >= width || isnan(v[j])) continue;
         double s = v[j];
         if (drawn) {
-            const uint32_t b = __float_as_uint(v[j] == 0.0f ? 0.0f : v[j]), k = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+            const uint32_t k = order_key(v[j]);
             if (!(k > c.key || (k == c.key && i <= c.last))) continue;  // top_k / top_p's cut
             if (d.min_p > 0.0f && !(exp((static_cast<double>(v[j]) - max) * inv_t) >= d.min_p)) continue;
             const double u = race_uniform(d.key, static_cast<int32_t>(i));
