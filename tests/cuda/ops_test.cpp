@@ -796,7 +796,9 @@ TEST(CudaOps, TruncatedDrawEqualsTheHost) {
             }
         }
         EXPECT_EQ(differ, 0) << "of " << n << " draws, width " << width;
-        EXPECT_GT(drawn_not_argmax, n / 4) << "width " << width;  // the draws really are random
+        // The draws really are random (at width 97, with top_k down to 1 at T 0.5, ~13 % of the
+        // draws leave the argmax; the H200 measured 37 of 360).
+        EXPECT_GT(drawn_not_argmax, n / 20) << "width " << width;
     }
 }
 

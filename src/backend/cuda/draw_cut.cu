@@ -1,6 +1,6 @@
 // top_k and top_p on the device (core/draw.h): each truncating row's kept head as one cut in the
 // order (logit descending, token id ascending), which the draw kernel (ops.cu) then applies before
-// its race. No sort: a radix select over the logits' order keys, 11 + 11 + 10 bits, one CTA per row.
+// its race. No sort: a radix select over the logits' order keys, four 8-bit digits, one CTA per row.
 //   top_k: the key at which the count of the row's tokens from the top reaches k;
 //   top_p: the key at which their mass, w_t = exp((x_t - max) / T), reaches top_p of the mass of
 //          the tokens top_k kept (all without top_k). Masses are fixed-point integers (2^-43 per
@@ -18,8 +18,11 @@ namespace mvllm::cuda {
 namespace {
 
 constexpr int kCutThreads = 1024;
-constexpr int kPasses = 3, kFirstBits = 11;  // digits of 11, 11 and 10 bits from the key's top bit
-constexpr int kMaxBins = 1 << kFirstBits;
+constexpr int kPasses = 4, kDigitBits = 8, kBins = 1 << kDigitBits;  // four 8-bit digits from the top
+// Private histograms, one per two warps: a random model's logits (and many real ones) fall in a
+// few bins of the first digit, and 1,024 threads adding to one shared counter serialise (the first
+// version, one histogram per CTA: ~0.4-0.8 ms per row on the H200).
+constexpr int kCopies = kCutThreads / 64;
 constexpr double kMassUnit = 0x1p43;  // a weight in [0, 1] in these units; 2^21 tokens fit 64 bits
 
 __device__ __forceinline__ unsigned long long fixed_weight(float v, float max, float inv_t) {
@@ -70,7 +73,7 @@ struct Select {
 // Warp 0: the first digit, from the top, at which st->above plus the amounts of the digits from
 // the top reaches the target; with top_p >= 0 the target is first set to ceil(top_p x the total).
 __device__ void choose_digit(const unsigned long long* hist, int n_bins, int shift, float top_p, Select* st) {
-    const int lane = threadIdx.x, per = n_bins / 32;
+    const int lane = threadIdx.x, per = n_bins / 32;  // n_bins: a multiple of 32
     unsigned long long sum = 0;
     for (int j = 0; j < per; ++j) sum += hist[n_bins - 1 - lane * per - j];
     unsigned long long incl = sum;
@@ -110,26 +113,44 @@ __device__ void choose_digit(const unsigned long long* hist, int n_bins, int shi
 // mass (kMass: top_p of the set's) from the top is reached; `set` itself when no key reaches it.
 template <bool kMass>
 __device__ DrawCut select_cut(const float* r, int64_t width, DrawCut set, unsigned long long target, float top_p,
-                              float max, float inv_t, unsigned long long* hist, Select* st) {
+                              float max, float inv_t, unsigned long long* copies, unsigned long long* hist,
+                              Select* st) {
     __syncthreads();  // every thread is done with the previous selection's state
     if (threadIdx.x == 0) *st = Select{0u, 0ull, 0ull, target, true};
     int shift = 32;
     for (int pass = 0; pass < kPasses; ++pass) {
-        const int bits = pass < 2 ? kFirstBits : 32 - 2 * kFirstBits;
         const uint32_t high = shift == 32 ? 0u : ~0u << shift;  // the digits already chosen
-        shift -= bits;
-        const int n_bins = 1 << bits;
-        for (int b = threadIdx.x; b < n_bins; b += blockDim.x) hist[b] = 0;
+        shift -= kDigitBits;
+        unsigned long long* mine = copies + (threadIdx.x / 64) * kBins;
+        for (int b = threadIdx.x; b < kCopies * kBins; b += blockDim.x) copies[b] = 0;
         __syncthreads();
         const uint32_t prefix = st->prefix;
         for_each_value(r, width, [&](float v, int64_t i) {
-            if (isnan(v)) return;
             const uint32_t k = order_key(v);
-            if (((k ^ prefix) & high) != 0 || !in_cut(k, i, set)) return;
-            atomicAdd(&hist[(k >> shift) & (n_bins - 1)], kMass ? fixed_weight(v, max, inv_t) : 1ull);
+            const bool counted = !isnan(v) && ((k ^ prefix) & high) == 0 && in_cut(k, i, set);
+            // The lanes of a warp that share a digit add once: their sum, by the leader.
+            const unsigned active = __activemask();
+            if (__ballot_sync(active, counted) == 0) return;
+            const uint32_t digit = counted ? (k >> shift) & (kBins - 1) : kBins;
+            const unsigned same = __match_any_sync(active, digit);
+            unsigned long long amount;
+            if (kMass) {  // weights < 2^44 in two parts, each part's sum over 32 lanes < 2^32
+                const unsigned long long w = counted ? fixed_weight(v, max, inv_t) : 0ull;
+                amount = (static_cast<unsigned long long>(__reduce_add_sync(same, static_cast<unsigned>(w >> 22))) << 22) +
+                         __reduce_add_sync(same, static_cast<unsigned>(w & 0x3FFFFFu));
+            } else {
+                amount = __popc(same);
+            }
+            if (counted && (threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(mine + digit, amount);
         });
         __syncthreads();
-        if (threadIdx.x < 32) choose_digit(hist, n_bins, shift, kMass && pass == 0 ? top_p : -1.0f, st);
+        for (int b = threadIdx.x; b < kBins; b += blockDim.x) {
+            unsigned long long sum = 0;
+            for (int c = 0; c < kCopies; ++c) sum += copies[c * kBins + b];
+            hist[b] = sum;
+        }
+        __syncthreads();
+        if (threadIdx.x < 32) choose_digit(hist, kBins, shift, kMass && pass == 0 ? top_p : -1.0f, st);
         __syncthreads();
         if (!st->found) return set;
     }
@@ -179,7 +200,7 @@ __device__ DrawCut select_cut(const float* r, int64_t width, DrawCut set, unsign
 __global__ void __launch_bounds__(kCutThreads) draw_cut_kernel(const float* x, int64_t width, const TokenDraw* draws,
                                                               const unsigned long long* keys, DrawCut* cuts) {
     pdl_begin();
-    __shared__ unsigned long long hist[kMaxBins];
+    __shared__ unsigned long long copies[kCopies * kBins], hist[kBins];
     __shared__ Select st;
     const TokenDraw d = draws[blockIdx.x];
     const bool top_k = d.top_k > 0 && d.top_k < width;
@@ -189,8 +210,8 @@ __global__ void __launch_bounds__(kCutThreads) draw_cut_kernel(const float* x, i
     DrawCut cut{0u, INT_MAX};  // every token (NaN aside: the draw never keeps one)
     if (isfinite(max)) {       // otherwise the draw is the argmax, as on the host
         const float inv_t = 1.0f / d.temperature;
-        if (top_k) cut = select_cut<false>(r, width, cut, static_cast<unsigned long long>(d.top_k), 0.0f, max, inv_t, hist, &st);
-        if (d.top_p < 1.0f) cut = select_cut<true>(r, width, cut, 0ull, d.top_p, max, inv_t, hist, &st);
+        if (top_k) cut = select_cut<false>(r, width, cut, static_cast<unsigned long long>(d.top_k), 0.0f, max, inv_t, copies, hist, &st);
+        if (d.top_p < 1.0f) cut = select_cut<true>(r, width, cut, 0ull, d.top_p, max, inv_t, copies, hist, &st);
     }
     if (threadIdx.x == 0) cuts[blockIdx.x] = cut;
 }
