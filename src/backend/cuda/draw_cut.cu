@@ -125,14 +125,9 @@ __device__ DrawCut select_cut(const float* r, int64_t width, DrawCut set, unsign
         for (int b = threadIdx.x; b < kCopies * kBins; b += blockDim.x) copies[b] = 0;
         __syncthreads();
         const uint32_t prefix = st->prefix;
-        const bool aggregate = pass == 0;
         for_each_value(r, width, [&](float v, int64_t i) {
             const uint32_t k = order_key(v);
             const bool counted = !isnan(v) && ((k ^ prefix) & high) == 0 && in_cut(k, i, set);
-            if (!aggregate) {  // the later digits spread (a random row's first digit does not)
-                if (counted) atomicAdd(mine + ((k >> shift) & (kBins - 1)), kMass ? fixed_weight(v, max, inv_t) : 1ull);
-                return;
-            }
             // The lanes of a warp that share a digit add once: their sum, by the leader.
             const unsigned active = __activemask();
             if (__ballot_sync(active, counted) == 0) return;

@@ -257,14 +257,6 @@ __device__ __forceinline__ void draw_warp_best(double& best, int32_t& best_i) {
     }
 }
 
-// Token i's race score, x / T - log(-log u_i), or NaN where min_p drops it. Not inlined: the
-// double logarithms and the hash, inlined into each of the kDrawPer unrolled steps, made a kernel
-// whose warps waited on instruction fetch 60 % of the time (ncu, twenty-seventh session).
-__device__ __noinline__ double draw_score(float x, int32_t i, const TokenDraw& d, float max, double inv_t) {
-    if (d.min_p > 0.0f && !(exp((static_cast<double>(x) - max) * inv_t) >= d.min_p)) return __longlong_as_double(0x7ff8000000000000LL);
-    return x * inv_t - log(-log(race_uniform(d.key, i)));
-}
-
 // Row blockIdx.y of x, elements [blockIdx.x * kDrawChunk, +kDrawChunk): the best (score, index)
 // into part_score / part_index [row][gridDim.x]. keys: the rows' maxima (argmax_partial_kernel),
 // read only for rows with min_p > 0, which keep the tokens with exp((x_t - max) / T) >= min_p as
@@ -309,8 +301,9 @@ __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float*
         if (drawn) {
             const uint32_t k = order_key(v[j]);
             if (!(k > c.key || (k == c.key && i <= c.last))) continue;  // top_k / top_p's cut
-            s = draw_score(v[j], static_cast<int32_t>(i), d, max, inv_t);
-            if (isnan(s)) continue;  // min_p drops it
+            if (d.min_p > 0.0f && !(exp((static_cast<double>(v[j]) - max) * inv_t) >= d.min_p)) continue;
+            const double u = race_uniform(d.key, static_cast<int32_t>(i));
+            s = s * inv_t - log(-log(u));
         }
         if (draw_beats(s, static_cast<int32_t>(i), best, best_i)) best = s, best_i = static_cast<int32_t>(i);
     }
