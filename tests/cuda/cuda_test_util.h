@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/types.h"
+#include "kv/batch.h"
 
 namespace mvllm::test {
 
@@ -74,6 +75,24 @@ inline double rel_max_error(const std::vector<float>& a, const std::vector<float
         ref = std::max(ref, std::abs(static_cast<double>(b[i])));
     }
     return ref > 0 ? err / ref : err;
+}
+
+// A batch of one sequence: tokens from start_pos, blocks 0, 1, ... of 16 tokens.
+inline Batch simple_batch(const std::vector<int32_t>& tokens, int32_t start_pos) {
+    Batch b;
+    b.block_size = 16;
+    std::vector<int32_t> table;
+    for (int32_t i = 0; i * 16 < start_pos + static_cast<int32_t>(tokens.size()); ++i) table.push_back(i);
+    b.add_sequence(tokens, start_pos, table, true);
+    return b;
+}
+
+// Starts a forward pass of n_tokens rows and uploads x ([n_tokens][width] f32) as its input.
+inline TensorView begin_with_input(CudaBackend& be, const std::vector<float>& x, int64_t width, int64_t n_tokens) {
+    be.begin(simple_batch(std::vector<int32_t>(n_tokens, 0), 0));
+    TensorView t = be.alloc(DType::F32, width, n_tokens);
+    be.upload(x.data(), t);
+    return t;
 }
 
 }  // namespace mvllm::test
