@@ -157,18 +157,21 @@ public:
     // Greedy sampling: dst[r] = the first index of the maximum of row r of an F32 tensor and,
     // when logprob is not null, logprob[r] = that token's log-softmax, x[r][dst[r]] - log sum_i
     // exp x[r][i] (here in double, as the engine's sampler computes it for other requests).
-    // With draws (one per row, or null), a row whose draws[r].temperature > 0 is instead
-    // draw_row's token (core/draw.h: top_k, top_p, min_p, the race); such rows have no logprob.
+    // picks (core/draw.h) first penalise listed logits (in x itself where a backend applies them
+    // in place: x is scratch), then a row whose picks.draws[r].temperature > 0 is draw_row's token
+    // instead (top_k, top_p, min_p, the race); such rows have no logprob. The default copies x to
+    // the host and computes there.
     virtual void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr,
-                             const TokenDraw* draws = nullptr) {
+                             const TokenPicks& picks = {}) {
         std::vector<float> host(static_cast<size_t>(x.n_elements()));
         to_host(x, host.data());
         const int64_t width = x.ne[0];
+        penalise_rows(host.data(), width, picks.penalties);
         for (int64_t r = 0; r < x.n_rows(); ++r) {
             const float* row = host.data() + r * width;
-            if (draws && draws[r].temperature > 0.0f) {
+            if (!picks.draws.empty() && picks.draws[r].temperature > 0.0f) {
                 MVLLM_CHECK(logprob == nullptr) << "a drawn token has no greedy logprob";
-                dst[r] = draw_row(row, width, draws[r]);
+                dst[r] = draw_row(row, width, picks.draws[r]);
                 continue;
             }
             dst[r] = static_cast<int32_t>(std::max_element(row, row + width) - row);
@@ -184,14 +187,14 @@ public:
     // next step before this one's tokens reach the host. argmax_enqueue starts the greedy tokens
     // (and, with `logprob`, their log-softmax) of x's rows and returns a ticket (1, 2, ...);
     // argmax_result waits for a ticket's results. The last two tickets stay readable: a caller
-    // reads ticket t before it enqueues t + 2. The defaults compute at once on the host. draws:
+    // reads ticket t before it enqueues t + 2. The defaults compute at once on the host. picks:
     // as argmax_rows (the drawn rows' ids are fed tokens like the greedy ones).
-    virtual uint64_t argmax_enqueue(const TensorView& x, bool logprob, const TokenDraw* draws = nullptr) {
+    virtual uint64_t argmax_enqueue(const TensorView& x, bool logprob, const TokenPicks& picks = {}) {
         HostGreedy& r = host_greedy_[next_argmax_ticket() % 2];
         r.ticket = last_argmax_ticket();
         r.tokens.resize(static_cast<size_t>(x.ne[1]));
         r.logprobs.resize(logprob ? r.tokens.size() : 0);
-        if (!r.tokens.empty()) argmax_rows(x, r.tokens.data(), logprob ? r.logprobs.data() : nullptr, draws);
+        if (!r.tokens.empty()) argmax_rows(x, r.tokens.data(), logprob ? r.logprobs.data() : nullptr, picks);
         return r.ticket;
     }
     virtual void argmax_result(uint64_t ticket, int32_t* dst, float* logprob) {
@@ -203,6 +206,9 @@ public:
     }
     // The ticket of the last argmax_enqueue on this backend (0: none yet).
     uint64_t last_argmax_ticket() const { return argmax_tickets_; }
+    // True when argmax_rows applies penalties where the logits are, so that an engine should pass
+    // them rather than copy the logits to its own sampler (the default's host copy is that copy).
+    virtual bool applies_penalties() const { return true; }
     // True when the embedding reads a batch's fed_token(r) ids (kv/batch.h) on the device, from
     // the last enqueued argmax, so the host need not wait for it; otherwise the decoder waits and
     // substitutes them before the pass.

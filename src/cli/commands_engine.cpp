@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 
 #include "cli/options.h"
+#include "cli/text_generation.h"
 #include "engine/engine.h"
 #include "kv/block_manager.h"
 
@@ -34,6 +35,7 @@ struct BenchServeArgs {
     bool no_prefix_cache = false;
     float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f;  // greedy unless a temperature is given
     int top_k = 0;
+    float repeat_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
     std::string json_out;
 };
 
@@ -85,6 +87,9 @@ int cmd_bench_serve(const BenchServeArgs& a) {
         r.sampling.top_p = a.top_p;
         r.sampling.top_k = a.top_k;
         r.sampling.min_p = a.min_p;
+        r.sampling.repetition_penalty = a.repeat_penalty;
+        r.sampling.presence_penalty = a.presence_penalty;
+        r.sampling.frequency_penalty = a.frequency_penalty;
         r.sampling.seed = static_cast<int64_t>(&r - requests.data());
         r.sampling.ignore_eos = true;
         r.sampling.max_tokens = out_range->first + static_cast<int>(rng() % (out_range->second - out_range->first + 1));
@@ -129,6 +134,8 @@ int cmd_bench_serve(const BenchServeArgs& a) {
             {"model", a.run.model}, {"geometry", rt->model->config.summary()}, {"num_requests", a.num_requests},
             {"input_len", a.input_len}, {"output_len", a.output_len}, {"seed", a.seed}, {"policy", a.policy},
             {"temperature", a.temperature}, {"top_p", a.top_p}, {"top_k", a.top_k}, {"min_p", a.min_p},
+            {"repeat_penalty", a.repeat_penalty}, {"presence_penalty", a.presence_penalty},
+            {"frequency_penalty", a.frequency_penalty},
             {"max_batched_tokens", a.max_batched_tokens}, {"max_seqs", a.max_seqs},
             {"max_prefill_chunk", a.max_prefill_chunk}, {"kv_cache", (*engine)->startup_report()},
             {"input_tokens", n_in}, {"output_tokens", n_out}, {"failed", n_failed}, {"elapsed_s", elapsed},
@@ -166,6 +173,7 @@ void register_engine_commands(CLI::App& app) {
     s->add_option("--top-p", serve.top_p, "nucleus mass kept (1: all)")->check(CLI::Range(0.0, 1.0));
     s->add_option("--top-k", serve.top_k, "tokens kept (0: all)")->check(CLI::NonNegativeNumber);
     s->add_option("--min-p", serve.min_p, "drop tokens below min_p x the top probability")->check(CLI::Range(0.0, 1.0));
+    add_penalty_flags(s, &serve.repeat_penalty, &serve.presence_penalty, &serve.frequency_penalty);
     s->add_option("--json-out", serve.json_out, "write the result as JSON");
     s->callback([] { std::exit(cmd_bench_serve(serve)); });
 }

@@ -7,14 +7,18 @@
 
 namespace mvllm::cli {
 
+void add_penalty_flags(CLI::App* cmd, float* repeat, float* presence, float* frequency) {
+    cmd->add_option("--repeat-penalty", *repeat, "repetition penalty over prompt and output (1: off)");
+    cmd->add_option("--presence-penalty", *presence, "presence penalty over the output (0: off)");
+    cmd->add_option("--frequency-penalty", *frequency, "frequency penalty over the output (0: off)");
+}
+
 void add_sampling_flags(CLI::App* cmd, SamplingFlags* f) {
     cmd->add_option("--temperature,--temp", f->temperature, "0: greedy (default: 0.8 for text, greedy for --prompt-ids)");
     cmd->add_option("--top-p", f->top_p, "nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--top-k", f->top_k, "keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
     cmd->add_option("--min-p", f->min_p, "drop tokens below min_p x the top probability")->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("--repeat-penalty", f->repeat_penalty, "repetition penalty (1: off)");
-    cmd->add_option("--presence-penalty", f->presence_penalty, "presence penalty");
-    cmd->add_option("--frequency-penalty", f->frequency_penalty, "frequency penalty");
+    add_penalty_flags(cmd, &f->repeat_penalty, &f->presence_penalty, &f->frequency_penalty);
     cmd->add_option("--seed", f->seed, "random seed (same seed, same text)");
     cmd->add_option("--stop", f->stop, "stop string (repeatable); never printed");
     cmd->add_flag("--ignore-eos", f->ignore_eos, "keep generating past end-of-sequence tokens");

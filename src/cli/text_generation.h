@@ -22,6 +22,8 @@ struct SamplingFlags {
     bool ignore_eos = false;
 };
 void add_sampling_flags(CLI::App* cmd, SamplingFlags* f);
+// --repeat-penalty, --presence-penalty, --frequency-penalty (part of add_sampling_flags).
+void add_penalty_flags(CLI::App* cmd, float* repeat, float* presence, float* frequency);
 SamplingParams to_sampling_params(const SamplingFlags& f, bool greedy_default, int n_predict);
 
 // The prompt ids of a conversation rendered with the model's chat template (ChatML when none).

@@ -4,8 +4,45 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <sstream>
 
 namespace mvllm {
+
+std::string picks_error(const TokenPicks& picks, int64_t n_rows, int64_t width, bool logprobs) {
+    std::ostringstream why;
+    if (!picks.draws.empty()) {
+        if (static_cast<int64_t>(picks.draws.size()) != n_rows) {
+            why << picks.draws.size() << " token draws for " << n_rows << " logit rows";
+            return why.str();
+        }
+        for (const TokenDraw& d : picks.draws) {
+            if (!(d.temperature >= 0.0f) || !(d.min_p >= 0.0f && d.min_p <= 1.0f) || d.top_k < 0 ||
+                !(d.top_p > 0.0f && d.top_p <= 1.0f))
+                return "a token draw needs temperature >= 0, min_p in [0, 1], top_k >= 0 and top_p in (0, 1]";
+            if (d.temperature > 0.0f && logprobs) return "a drawn token has no greedy logprob";
+        }
+    }
+    for (size_t i = 0; i < picks.penalties.size(); ++i) {
+        const TokenPenalty& p = picks.penalties[i];
+        if (p.row < 0 || p.row >= n_rows || p.token < 0 || p.token >= width) {
+            why << "a penalty of token " << p.token << " in row " << p.row << " is outside " << n_rows
+                << " rows of " << width << " logits";
+            return why.str();
+        }
+        if (!(p.repetition > 0.0f)) return "a penalty needs a positive repetition";
+        const TokenPenalty* prev = i > 0 ? &picks.penalties[i - 1] : nullptr;
+        if (prev && (prev->row > p.row || (prev->row == p.row && prev->token >= p.token)))
+            return "penalties must be ordered by (row, token), each logit once";
+    }
+    return {};
+}
+
+void penalise_rows(float* x, int64_t width, const std::vector<TokenPenalty>& penalties) {
+    for (const TokenPenalty& p : penalties) {
+        float& l = x[p.row * width + p.token];
+        l = penalised(l, p.repetition, p.subtract);
+    }
+}
 
 // How the draw stays fast on a vocabulary of 150K tokens: nothing sorts or exponentiates the
 // whole row in double. A row is scanned a few times with cheap float work (core/race.h: the max,

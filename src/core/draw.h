@@ -8,12 +8,50 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "core/race.h"
 
 namespace mvllm {
+
+// A change of one token's logit in one row before its token is picked (the engine's repetition,
+// presence and frequency penalties, engine/sampler.h): l' = (l > 0 ? l / repetition : l *
+// repetition) - subtract. repetition 1 and subtract 0 change nothing, bit for bit.
+struct TokenPenalty {
+    int32_t row = 0;
+    int32_t token = 0;
+    float repetition = 1.0f;
+    float subtract = 0.0f;
+};
+
+// The penalised logit, rounded as the host computes it on every backend (the CUDA build uses fast
+// math, so the device spells out its IEEE division, multiplication and subtraction: no FMA).
+MVLLM_HOST_DEVICE inline float penalised(float l, float repetition, float subtract) {
+#if defined(__CUDA_ARCH__)
+    return __fsub_rn(l > 0.0f ? __fdiv_rn(l, repetition) : __fmul_rn(l, repetition), subtract);
+#else
+    return (l > 0.0f ? l / repetition : l * repetition) - subtract;
+#endif
+}
+
+// How the logit rows of a step become tokens on a backend (Backend::argmax_rows): first the
+// penalties change their rows' logits, then each row gives its argmax, or the token draws[r]
+// draws (draw_row) when its temperature is above 0.
+struct TokenPicks {
+    std::vector<TokenDraw> draws;         // empty (every row greedy) or one per row
+    std::vector<TokenPenalty> penalties;  // (row, token) strictly increasing: each logit once
+    bool empty() const { return draws.empty() && penalties.empty(); }
+};
+
+// Why picks cannot serve n_rows rows of width logits (with greedy logprobs when logprobs is
+// set), or an empty string: draws of the wrong count or out of range, a drawn row with a logprob,
+// penalties out of order, out of range, or with a repetition that is not positive.
+std::string picks_error(const TokenPicks& picks, int64_t n_rows, int64_t width, bool logprobs);
+
+// Applies penalties to x [n_rows][width] (rows and tokens in range).
+void penalise_rows(float* x, int64_t width, const std::vector<TokenPenalty>& penalties);
 
 // Whether top_k or top_p cut the row (min_p alone does not: race_row applies it).
 inline bool truncates(const TokenDraw& d, int64_t n) {

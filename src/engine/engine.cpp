@@ -66,7 +66,7 @@ struct Engine::Impl {
     std::vector<float> logits;                                       // [n_sampled][n_vocab] f32
     std::vector<int32_t> argmax;  // [n_sampled]: the step's tokens when the backend picked them
     std::vector<float> argmax_logprob;  // [n_sampled]: their log-softmax, when a request asked for it
-    std::vector<TokenDraw> draws;  // [logit rows]: the rows the backend draws (empty: all argmax)
+    TokenPicks picks;  // the backend's penalties and draws of a greedy_step (draws empty: all argmax)
     bool greedy_step = false;     // the backend picked the tokens (argmax or draw on the device)
     // Decode padding (EngineOptions::decode_padding): the KV block the padding rows write, one
     // past the pool's blocks (-1: no padding), and the batch sizes a decode step is padded to.
@@ -143,18 +143,16 @@ bool Engine::Impl::step(Status* status) {
     return true;
 }
 
-// A step whose sampled rows have no penalties, no drafts and at most the chosen token's logprob
-// (logprobs 0) lets the backend pick the tokens: the argmax of greedy rows, draw_row's token of
-// sampled ones (core/draw.h: top_k, top_p, min_p; then no logprobs in the step). Only the ids (and
-// the greedy rows' log-softmax) leave the device, not the logits.
-static bool backend_picks_tokens(const SchedulerOutput& plan) {
+// A step whose sampled rows have no drafts and at most the chosen token's logprob (logprobs 0)
+// lets the backend pick the tokens: the argmax of greedy rows, draw_row's token of sampled ones
+// (core/draw.h: top_k, top_p, min_p; then no logprobs in the step), after the penalties where the
+// backend applies them. Only the ids (and the greedy rows' log-softmax) leave the device.
+static bool backend_picks_tokens(const SchedulerOutput& plan, bool backend_penalises) {
     bool drawn = false, logprobs = false;
     for (const ScheduledSequence& s : plan.scheduled) {
         if (!s.sample) continue;
         const SamplingParams& p = s.seq->params;
-        if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
-            p.logprobs > 0 || !s.seq->draft.tokens.empty())
-            return false;
+        if ((has_penalties(p) && !backend_penalises) || p.logprobs > 0 || !s.seq->draft.tokens.empty()) return false;
         drawn |= !is_greedy(p);
         logprobs |= p.logprobs >= 0;
     }
@@ -169,24 +167,32 @@ static bool wants_logprobs(const SchedulerOutput& plan) {
 
 Status Engine::Impl::run_models(const SchedulerOutput& plan) {
     if (speculator) MVLLM_TRY(speculator->propose(plan));
-    greedy_step = !options.host_sampling && backend_picks_tokens(plan);
+    greedy_step = !options.host_sampling && backend_picks_tokens(plan, decoder.backend().applies_penalties());
     const Batch batch = build_batch(plan);
     if (const int64_t padding = batch.n_tokens() - plan.n_tokens; padding > 0 && pad_block >= 0) {
         std::lock_guard<std::mutex> lock(counters_mu);
         counters.n_padding_rows += padding;
     }
     if (greedy_step) {
-        // One value of each drawing request's generator per token, as sample_token takes it.
-        draws.clear();
+        // One value of each drawing request's generator per token, as sample_token takes it; the
+        // penalties of row r from its sequence's counts, brought up to date.
+        picks.draws.clear();
+        picks.penalties.clear();
         for (const ScheduledSequence& s : plan.scheduled) {
             if (!s.sample) continue;
-            const SamplingParams& p = s.seq->params;
-            draws.push_back(is_greedy(p) ? TokenDraw{} : token_draw(p, s.seq->rng()));
+            Sequence* seq = s.seq;
+            const SamplingParams& p = seq->params;
+            if (has_penalties(p)) {
+                seq->penalty_counts.update(seq->tokens, seq->n_prompt);
+                seq->penalty_counts.append_penalties(p, static_cast<int32_t>(picks.draws.size()), decoder.config().n_vocab,
+                                                     &picks.penalties);
+            }
+            picks.draws.push_back(is_greedy(p) ? TokenDraw{} : token_draw(p, seq->rng()));
         }
-        const bool any_drawn = std::any_of(draws.begin(), draws.end(), [](const TokenDraw& d) { return d.temperature > 0; });
-        if (any_drawn) draws.resize(batch.logit_rows.size());  // padding rows: argmax
-        else draws.clear();
-        return decoder.forward_greedy(batch, *cache, &argmax, wants_logprobs(plan) ? &argmax_logprob : nullptr, draws);
+        const bool any_drawn = std::any_of(picks.draws.begin(), picks.draws.end(), [](const TokenDraw& d) { return d.temperature > 0; });
+        if (any_drawn) picks.draws.resize(batch.logit_rows.size());  // padding rows: argmax
+        else picks.draws.clear();
+        return decoder.forward_greedy(batch, *cache, &argmax, wants_logprobs(plan) ? &argmax_logprob : nullptr, picks);
     }
     return decoder.forward(batch, *cache, &logits);
 }

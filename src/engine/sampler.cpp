@@ -9,27 +9,57 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <unordered_map>
 
 namespace mvllm {
 
+bool has_penalties(const SamplingParams& p) {
+    return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+
+void PenaltyCounts::update(const std::vector<int32_t>& tokens, int64_t n_prompt) {
+    if (tokens.size() < n_counted_) counts_.clear(), n_counted_ = 0;
+    if (tokens.size() == n_counted_) return;
+    // The new tokens sorted and counted, then merged into counts_ (a decode step adds one).
+    std::vector<std::pair<int32_t, int32_t>> added;
+    added.reserve(tokens.size() - n_counted_);
+    for (size_t i = n_counted_; i < tokens.size(); ++i)
+        added.push_back({tokens[i], static_cast<int64_t>(i) >= n_prompt ? 1 : 0});
+    std::sort(added.begin(), added.end());
+    std::vector<std::pair<int32_t, int32_t>> merged;
+    merged.reserve(counts_.size() + added.size());
+    auto a = counts_.begin();
+    for (size_t i = 0; i < added.size(); ++i) {
+        for (; a != counts_.end() && a->first < added[i].first; ++a) merged.push_back(*a);
+        if (a != counts_.end() && a->first == added[i].first) merged.push_back(*a++);
+        else if (merged.empty() || merged.back().first != added[i].first) merged.push_back({added[i].first, 0});
+        merged.back().second += added[i].second;
+    }
+    merged.insert(merged.end(), a, counts_.end());
+    counts_ = std::move(merged);
+    n_counted_ = tokens.size();
+}
+
+void PenaltyCounts::append_penalties(const SamplingParams& p, int32_t row, int64_t n_vocab,
+                                     std::vector<TokenPenalty>* out) const {
+    const bool repetition = p.repetition_penalty != 1.0f;
+    const bool by_count = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+    for (const auto& [t, c] : counts_) {
+        if (t < 0 || t >= n_vocab || !(repetition || (by_count && c > 0))) continue;
+        TokenPenalty e{row, t};
+        if (repetition) e.repetition = p.repetition_penalty;
+        if (by_count && c > 0) e.subtract = p.presence_penalty + p.frequency_penalty * static_cast<float>(c);
+        out->push_back(e);
+    }
+}
+
 void apply_penalties(float* logits, int64_t n_vocab, const SamplingParams& params,
                      const std::vector<int32_t>& tokens, int64_t n_prompt) {
-    if (params.repetition_penalty != 1.0f) {
-        std::vector<bool> seen(static_cast<size_t>(n_vocab), false);
-        for (int32_t t : tokens)
-            if (t >= 0 && t < n_vocab && !seen[t]) {
-                seen[t] = true;
-                logits[t] = logits[t] > 0 ? logits[t] / params.repetition_penalty
-                                          : logits[t] * params.repetition_penalty;
-            }
-    }
-    if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
-        std::unordered_map<int32_t, int32_t> counts;
-        for (size_t i = static_cast<size_t>(n_prompt); i < tokens.size(); ++i) ++counts[tokens[i]];
-        for (const auto& [t, c] : counts)
-            if (t >= 0 && t < n_vocab) logits[t] -= params.presence_penalty + params.frequency_penalty * c;
-    }
+    if (!has_penalties(params)) return;
+    PenaltyCounts counts;
+    counts.update(tokens, n_prompt);
+    std::vector<TokenPenalty> penalties;
+    counts.append_penalties(params, 0, n_vocab, &penalties);
+    penalise_rows(logits, n_vocab, penalties);
 }
 
 void token_logprob(const float* logits, int64_t n_vocab, int32_t token, int32_t n_top, TokenLogprob* out) {

@@ -9,12 +9,35 @@
 #include <utility>
 #include <vector>
 
+#include "core/draw.h"
 #include "core/race.h"
 #include "engine/engine.h"
 
 namespace mvllm {
 
-// Applies the penalties in place: logits [n_vocab] f32.
+// Whether params change logits before the pick (repetition, presence or frequency penalty).
+bool has_penalties(const SamplingParams& params);
+
+// What a sequence's penalties read, brought up to date as it grows: each distinct token of its
+// prompt and output, with how often it occurs in the output (0: in the prompt only).
+class PenaltyCounts {
+public:
+    // Counts the tokens added since the last update (those before n_prompt as prompt); starts
+    // over when tokens is shorter than what was counted.
+    void update(const std::vector<int32_t>& tokens, int64_t n_prompt);
+    // Appends row's penalties under params to out, by token (tokens outside [0, n_vocab) and
+    // tokens that params leave unchanged are skipped): repetition over prompt + output, presence
+    // and frequency (subtract = presence + frequency * count) over the output.
+    void append_penalties(const SamplingParams& params, int32_t row, int64_t n_vocab,
+                          std::vector<TokenPenalty>* out) const;
+
+private:
+    std::vector<std::pair<int32_t, int32_t>> counts_;  // (token, count in the output), by token
+    size_t n_counted_ = 0;
+};
+
+// Applies the penalties in place: logits [n_vocab] f32 (PenaltyCounts over tokens, then
+// penalise_rows: the arithmetic of every backend that applies them).
 void apply_penalties(float* logits, int64_t n_vocab, const SamplingParams& params,
                      const std::vector<int32_t>& tokens, int64_t n_prompt);
 

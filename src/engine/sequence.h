@@ -11,6 +11,7 @@
 
 #include "engine/draft_policy.h"
 #include "engine/engine.h"
+#include "engine/sampler.h"
 #include "engine/stop_strings.h"
 #include "engine/verify.h"
 #include "kv/block_manager.h"
@@ -38,9 +39,12 @@ struct Sequence {
     DraftController draft_control;
     Verification verified;         // this step's new tokens (accepted drafts + one)
 
+    // sampling
+    std::mt19937_64 rng;
+    PenaltyCounts penalty_counts;  // kept up to date only while steps pass penalties to the backend
+
     // streaming
     EventCallback on_event;
-    std::mt19937_64 rng;
     std::unique_ptr<TextStream> text;
     StopStringMatcher stop_matcher;
 

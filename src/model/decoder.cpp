@@ -182,29 +182,22 @@ Status Decoder::forward(const Batch& batch, KvCache& cache, std::vector<float>* 
 }
 
 Status Decoder::forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens,
-                               std::vector<float>* logprobs, const std::vector<TokenDraw>& draws) {
-    MVLLM_ASSIGN_OR_RETURN(const uint64_t ticket, forward_greedy_enqueue(batch, cache, logprobs != nullptr, draws));
+                               std::vector<float>* logprobs, const TokenPicks& picks) {
+    MVLLM_ASSIGN_OR_RETURN(const uint64_t ticket, forward_greedy_enqueue(batch, cache, logprobs != nullptr, picks));
     return greedy_result(ticket, tokens, logprobs);
 }
 
 Result<uint64_t> Decoder::forward_greedy_enqueue(const Batch& batch, KvCache& cache, bool logprobs,
-                                                 const std::vector<TokenDraw>& draws) {
+                                                 const TokenPicks& picks) {
     MVLLM_TRY(validate(batch, cache));
-    if (!draws.empty()) {
-        if (draws.size() != batch.logit_rows.size())
-            return make_error(draws.size(), " token draws for ", batch.logit_rows.size(), " logit rows");
-        for (const TokenDraw& d : draws) {
-            if (!(d.temperature >= 0.0f) || !(d.min_p >= 0.0f && d.min_p <= 1.0f) || d.top_k < 0 ||
-                !(d.top_p > 0.0f && d.top_p <= 1.0f))
-                return make_error("a token draw needs temperature >= 0, min_p in [0, 1], top_k >= 0 and top_p in (0, 1]");
-            if (d.temperature > 0.0f && logprobs) return make_error("a drawn token has no greedy logprob");
-        }
-    }
+    const int64_t n_rows = static_cast<int64_t>(batch.logit_rows.size());
+    if (const std::string why = picks_error(picks, n_rows, config_.n_vocab, logprobs); !why.empty())
+        return make_error(why);
     Batch storage;
     MVLLM_ASSIGN_OR_RETURN(const Batch* b, with_fed_tokens(batch, &storage));
     try {
         const TensorView out = run(*b, cache);
-        const uint64_t ticket = backend_.argmax_enqueue(out, logprobs, draws.empty() ? nullptr : draws.data());
+        const uint64_t ticket = backend_.argmax_enqueue(out, logprobs, picks);
         greedy_[ticket % 2] = {ticket, out.ne[1], logprobs};
         last_greedy_ = ticket;
         return ticket;

@@ -38,17 +38,18 @@ public:
     Status forward(const Batch& batch, KvCache& cache, std::vector<float>* logits);
     // Runs the batch and returns the greedy token (argmax, first index on ties) of each logit row,
     // computed on the backend (no logits copied to the host); with logprobs, also each token's
-    // log-softmax (Backend::argmax_rows). draws (empty, or one per logit row): a row whose
-    // temperature is above 0 is instead drawn by the backend (core/race.h; no logprob for it).
+    // log-softmax (Backend::argmax_rows). picks (core/draw.h): penalties applied to the logits
+    // first, and draws (empty, or one per logit row): a row whose temperature is above 0 is
+    // instead drawn by the backend (core/race.h; no logprob for it).
     Status forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens,
-                          std::vector<float>* logprobs = nullptr, const std::vector<TokenDraw>& draws = {});
+                          std::vector<float>* logprobs = nullptr, const TokenPicks& picks = {});
     // forward_greedy in two halves: queues the pass and its argmax and returns a ticket for
     // greedy_result. A batch may name a token as fed_token(r) (kv/batch.h): row r of this
     // decoder's last greedy step, which must be the backend's last argmax. A backend that
     // embeds_fed_tokens() reads it on the device, so the next step can be queued before this
     // one's tokens are known (SequenceRunner::greedy); otherwise the decoder waits for them here.
     Result<uint64_t> forward_greedy_enqueue(const Batch& batch, KvCache& cache, bool logprobs = false,
-                                            const std::vector<TokenDraw>& draws = {});
+                                            const TokenPicks& picks = {});
     // The tokens (and logprobs, when enqueued with them) of one of the last two greedy steps.
     Status greedy_result(uint64_t ticket, std::vector<int32_t>* tokens, std::vector<float>* logprobs = nullptr);
 

@@ -1,7 +1,10 @@
 // How the CUDA backend picks tokens from logit rows, against the host (core/race.h, core/draw.h):
-// the greedy argmax and the sampled draws (temperature, top_k, top_p, min_p). Skips without a GPU.
+// the greedy argmax, the sampled draws (temperature, top_k, top_p, min_p) and the penalties
+// applied before them. Skips without a GPU.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "core/draw.h"
 #include "core/race.h"
@@ -75,7 +78,7 @@ TEST(CudaOps, DrawEqualsTheHostRace) {
             }
             TensorView t = begin_with_input(*be, x, width, n_rows);
             std::vector<int32_t> got(n_rows);
-            be->argmax_rows(t, got.data(), nullptr, draws.data());
+            be->argmax_rows(t, got.data(), nullptr, TokenPicks{draws, {}});
             for (int64_t r = 0; r < n_rows; ++r) {
                 const float* row = x.data() + r * width;
                 const int32_t want = draws[r].temperature > 0
@@ -129,7 +132,7 @@ TEST(CudaOps, TruncatedDrawEqualsTheHost) {
             };
             TensorView tv = begin_with_input(*be, x, width, n_rows);
             std::vector<int32_t> got(n_rows);
-            be->argmax_rows(tv, got.data(), nullptr, draws.data());
+            be->argmax_rows(tv, got.data(), nullptr, TokenPicks{draws, {}});
             for (int64_t r = 0; r < n_rows; ++r) {
                 const float* row = x.data() + r * width;
                 const int32_t want = draw_row(row, width, draws[r]);
@@ -143,6 +146,66 @@ TEST(CudaOps, TruncatedDrawEqualsTheHost) {
         // The draws really are random (at width 97, with top_k down to 1 at T 0.5, ~13 % of the
         // draws leave the argmax; the H200 measured 37 of 360).
         EXPECT_GT(drawn_not_argmax, n / 20) << "width " << width;
+    }
+}
+
+// Penalties on the device (cuda::launch_penalties, in place on the logits) give the host's
+// penalised rows: greedy rows with their logprobs, then drawn rows (temperature, top_k, top_p) in
+// the same launch as greedy ones, each against the host's token (core/draw.h's penalise_rows, then
+// the argmax or draw_row). Penalties of every kind (repetition on positive and negative logits,
+// subtraction alone, both), on rows' maxima so that they change the argmax, and a row without any.
+TEST(CudaOps, PenalisedPicksEqualTheHost) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda();
+    ASSERT_TRUE(be);
+    for (const int64_t width : {int64_t{97}, int64_t{151936}}) {
+        const int64_t n_rows = 4;
+        std::mt19937 gen(static_cast<uint32_t>(width));
+        int changed = 0, n = 0;
+        for (int round = 0; round < 12; ++round) {
+            std::vector<float> x = random_floats(width * n_rows, 50 + round);
+            for (float& v : x) v *= 4.0f;
+            TokenPicks picks;
+            for (int32_t r = 0; r < n_rows; ++r) {
+                if (r == 3) continue;  // a row without penalties
+                std::vector<int32_t> tokens = {row_argmax(x.data() + r * width, width)};  // the top token too
+                for (int i = 0; i < 40; ++i) tokens.push_back(static_cast<int32_t>(gen() % width));
+                std::sort(tokens.begin(), tokens.end());
+                tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+                for (const int32_t t : tokens) {
+                    const int kind = static_cast<int>(gen() % 3);
+                    picks.penalties.push_back({r, t, kind == 1 ? 1.0f : 1.7f, kind == 0 ? 0.0f : 0.4f + 0.3f * (gen() % 5)});
+                }
+            }
+            std::vector<float> want_x = x;
+            penalise_rows(want_x.data(), width, picks.penalties);
+            const bool drawn = round % 2 == 1;
+            if (drawn) {
+                const float t = round % 4 == 1 ? 0.7f : 1.3f;
+                picks.draws = {{t, 0.0f, mix64(round * 7 + 1), 0, 1.0f},
+                               {t, 0.02f, mix64(round * 7 + 2), 20, 0.9f},
+                               {},
+                               {t, 0.0f, mix64(round * 7 + 4), 0, 0.8f}};
+            }
+            TensorView tv = begin_with_input(*be, x, width, n_rows);
+            std::vector<int32_t> got(n_rows);
+            std::vector<float> lp(n_rows);
+            be->argmax_rows(tv, got.data(), drawn ? nullptr : lp.data(), picks);
+            for (int64_t r = 0; r < n_rows; ++r) {
+                const float* row = want_x.data() + r * width;
+                const bool row_drawn = drawn && picks.draws[r].temperature > 0;
+                const int32_t want = row_drawn ? draw_row(row, width, picks.draws[r]) : row_argmax(row, width);
+                EXPECT_EQ(got[r], want) << "width " << width << " round " << round << " row " << r;
+                changed += r != 3 && want != (row_drawn ? draw_row(x.data() + r * width, width, picks.draws[r])
+                                                        : row_argmax(x.data() + r * width, width));
+                ++n;
+                if (drawn) continue;
+                double sum = 0;  // the chosen token's log-softmax in double, over the penalised row
+                for (int64_t i = 0; i < width; ++i) sum += std::exp(double(row[i]) - row[got[r]]);
+                EXPECT_NEAR(lp[r], -std::log(sum), 1e-5 * std::max(1.0, std::log(sum))) << "logprob row " << r;
+            }
+        }
+        EXPECT_GT(changed, n / 4) << "width " << width;  // the penalties moved the picks
     }
 }
 

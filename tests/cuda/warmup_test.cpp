@@ -21,11 +21,19 @@ struct EngineRun {
 };
 
 // temperature 0: greedy requests; otherwise seeded draws at that temperature (min_p 0.02 for every
-// other request, top_k 20 for two, top_p 0.85 for two, one of them with both), with `logprobs` (1 sends them through the host sampler, -1 lets the device draw).
-EngineRun run_engine(const Model& model, bool warmup, float temperature = 0.0f, int32_t logprobs = -1) {
+// other request, top_k 20 for two, top_p 0.85 for two, one of them with both), with `logprobs` (1
+// sends them through the host sampler, -1 lets the device draw). penalised: repetition, presence
+// and frequency penalties on the requests (one kind each, all three on the last), applied on the
+// device (CudaBackendOptions::penalties_on_device) unless the logprobs send them to the host.
+EngineRun run_engine(const Model& model, bool warmup, float temperature = 0.0f, int32_t logprobs = -1,
+                     bool penalised = false) {
     EngineRun r;
-    auto be = make_cuda();
-    if (!be) return r;
+    CudaBackendOptions bo;
+    bo.penalties_on_device = penalised;
+    auto created = CudaBackend::create(bo);
+    EXPECT_TRUE(created.is_ok()) << created.status().message();
+    if (!created.is_ok()) return r;
+    std::unique_ptr<CudaBackend> be = std::move(created).value();
     auto dec = Decoder::create(model, *be);
     EXPECT_TRUE(dec.is_ok()) << dec.status().message();
     if (!dec.is_ok()) return r;
@@ -54,6 +62,11 @@ EngineRun run_engine(const Model& model, bool warmup, float temperature = 0.0f, 
         q.sampling.top_k = i == 1 || i == 4 ? 20 : 0;  // truncated on the device (draw_cut.cu)
         q.sampling.top_p = i >= 3 ? 0.85f : 1.0f;
         q.sampling.seed = 1000 + i;
+        if (penalised) {
+            q.sampling.repetition_penalty = i % 3 == 0 || i == 4 ? 1.3f : 1.0f;
+            q.sampling.presence_penalty = i % 3 == 1 || i == 4 ? 0.6f : 0.0f;
+            q.sampling.frequency_penalty = i % 3 == 2 || i == 4 ? -0.8f : 0.0f;  // negative: repeats
+        }
         q.sampling.logprobs = logprobs;
         q.sampling.ignore_eos = true;
         q.sampling.max_tokens = 24;
@@ -123,6 +136,28 @@ TEST(EngineWarmUp, DeviceDrawsEqualHostSampling) {
     }
     EXPECT_GE(differ_from_greedy, 4);
     EXPECT_GT(device.after.n_padding_rows, 0);  // the drawn steps took the padded (graph) path
+}
+
+// The same with penalties, greedy and drawn: applied on the device (cuda::launch_penalties, the
+// engine passing the rows' penalty lists) they give the host sampler's tokens, and they change
+// the tokens (against the same requests without them).
+TEST(EngineWarmUp, DevicePenaltiesEqualHostSampling) {
+    MVLLM_REQUIRE_GPU();
+    auto model = load_model(std::string(MVLLM_FIXTURE_DIR) + "/tiny-qwen2");
+    ASSERT_TRUE(model.is_ok()) << model.status().message();
+    for (const float temperature : {0.0f, 0.9f}) {
+        const EngineRun device = run_engine(**model, true, temperature, temperature > 0 ? -1 : 0, true);
+        const EngineRun host = run_engine(**model, false, temperature, 1, true);
+        const EngineRun plain = run_engine(**model, false, temperature, 1, false);
+        int differ_from_plain = 0;
+        for (size_t i = 0; i < host.tokens.size(); ++i) {
+            ASSERT_EQ(device.tokens[i].size(), 24u);
+            EXPECT_EQ(device.tokens[i], host.tokens[i]) << "temperature " << temperature << " request " << i;
+            differ_from_plain += device.tokens[i] != plain.tokens[i];
+        }
+        EXPECT_GE(differ_from_plain, 3) << "temperature " << temperature;
+        EXPECT_GT(device.after.n_padding_rows, 0);  // the penalised steps took the padded (graph) path
+    }
 }
 
 }  // namespace

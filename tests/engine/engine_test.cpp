@@ -182,11 +182,11 @@ TEST(Engine, WarmUpLeavesNoTraceAndChangesNoOutput) {
 // Decode padding (forced on the CPU backend, which records nothing): decode steps of 3 sequences
 // whose tokens the backend picks (greedy, or drawn with a temperature: core/race.h) run as 4 rows
 // (the next warm-up size), the throw-away rows write only their own block outside the pool, and
-// every request generates what it generates alone; steps that sample on the host (top_p: logits to
-// the host) are not padded; with padding off no row is added. Drawn and host-sampled tokens are the
-// same with and without padding.
+// every request generates what it generates alone, drawn and penalised steps are padded too; steps
+// that sample on the host (top logprobs: logits to the host) are not padded; with padding off no
+// row is added. Drawn and host-sampled tokens are the same with and without padding.
 TEST(Engine, DecodePaddingChangesNoOutput) {
-    std::vector<Outcome> drawn[2], nucleus[2], penalised[2];
+    std::vector<Outcome> drawn[2], nucleus[2], penalised[2], on_host[2];
     for (const auto mode : {EngineOptions::DecodePadding::On, EngineOptions::DecodePadding::Off}) {
         const bool on = mode == EngineOptions::DecodePadding::On;
         EngineOptions o = small_options(64);
@@ -217,20 +217,25 @@ TEST(Engine, DecodePaddingChangesNoOutput) {
         for (Request& r : hot) r.sampling.top_p = 0.9f, r.sampling.top_k = 20;
         nucleus[on ? 0 : 1] = run_all(**engine, hot);  // drawn by the backend too: padded
         const int64_t nucleus_padding = (*engine)->counters().n_padding_rows - greedy_padding - drawn_padding;
-        for (Request& r : hot) r.sampling.repetition_penalty = 1.3f;
-        penalised[on ? 0 : 1] = run_all(**engine, hot);  // sampled on the host: not padded
+        for (Request& r : hot) r.sampling.repetition_penalty = 1.3f, r.sampling.frequency_penalty = 0.4f;
+        penalised[on ? 0 : 1] = run_all(**engine, hot);  // penalised and drawn by the backend: padded
+        const int64_t penalised_padding =
+            (*engine)->counters().n_padding_rows - greedy_padding - drawn_padding - nucleus_padding;
+        for (Request& r : hot) r.sampling.logprobs = 2;
+        on_host[on ? 0 : 1] = run_all(**engine, hot);  // sampled on the host: not padded
         const EngineCounters c = (*engine)->counters();
         if (on) {
             EXPECT_GT(greedy_padding, 0);
             EXPECT_GT(drawn_padding, 0);
             EXPECT_GT(nucleus_padding, 0);
+            EXPECT_GT(penalised_padding, 0);
         }
         // none in the host-sampled steps
-        EXPECT_EQ(c.n_padding_rows, greedy_padding + drawn_padding + nucleus_padding);
+        EXPECT_EQ(c.n_padding_rows, greedy_padding + drawn_padding + nucleus_padding + penalised_padding);
         if (!on) {
             EXPECT_EQ(c.n_padding_rows, 0);
         }
-        EXPECT_EQ(c.n_finished, 12);
+        EXPECT_EQ(c.n_finished, 15);
         EXPECT_EQ(c.n_free_blocks, 64);
         EXPECT_EQ(c.n_total_blocks, 64);
     }
@@ -241,21 +246,28 @@ TEST(Engine, DecodePaddingChangesNoOutput) {
         EXPECT_EQ(nucleus[0][i].tokens, nucleus[1][i].tokens) << "nucleus request " << i;
         EXPECT_EQ(penalised[0][i].tokens.size(), 10u);
         EXPECT_EQ(penalised[0][i].tokens, penalised[1][i].tokens) << "penalised request " << i;
+        EXPECT_EQ(on_host[0][i].tokens, penalised[0][i].tokens) << "host-sampled request " << i;
+        EXPECT_EQ(on_host[1][i].tokens, penalised[0][i].tokens) << "host-sampled request " << i;
     }
 }
 
 // A drawn token is the host sampler's: the same seeded requests give the same tokens whether the
-// backend draws them (temperature, top_k, top_p, min_p) or the engine samples the logits on the
-// host (the same requests asking for top logprobs, which only the host path computes).
+// backend draws them (temperature, top_k, top_p, min_p, after the penalties) or the engine samples
+// the logits on the host (the same requests asking for top logprobs, which only the host path
+// computes). Requests 7-10 are penalised: 7 and 8 drawn, 9 and 10 greedy (the argmax of the
+// penalised row), with repetition, presence and frequency penalties alone and together.
 TEST(Engine, BackendDrawsEqualHostSampling) {
     std::mt19937 rng(23);
-    std::vector<Request> on_backend(7);
+    std::vector<Request> on_backend(11);
     for (size_t i = 0; i < on_backend.size(); ++i) {
         on_backend[i].prompt_ids = random_prompt(rng, 5 + 3 * static_cast<int>(i));
-        on_backend[i].sampling.temperature = i % 2 ? 1.3f : 0.7f;
+        on_backend[i].sampling.temperature = i >= 9 ? 0.0f : i % 2 ? 1.3f : 0.7f;
         on_backend[i].sampling.min_p = i == 2 || i == 3 || i == 6 ? 0.05f : 0.0f;
-        on_backend[i].sampling.top_k = i == 4 || i == 6 ? 12 : 0;
-        on_backend[i].sampling.top_p = i == 5 || i == 6 ? 0.8f : 1.0f;
+        on_backend[i].sampling.top_k = i == 4 || i == 6 || i == 8 ? 12 : 0;
+        on_backend[i].sampling.top_p = i == 5 || i == 6 || i == 8 ? 0.8f : 1.0f;
+        on_backend[i].sampling.repetition_penalty = i == 7 || i == 9 ? 1.5f : 1.0f;
+        on_backend[i].sampling.presence_penalty = i == 8 || i == 9 ? 0.7f : 0.0f;
+        on_backend[i].sampling.frequency_penalty = i == 8 ? 0.9f : i == 10 ? -2.0f : 0.0f;  // 10: repeats
         on_backend[i].sampling.seed = 7 + static_cast<int64_t>(i);
         on_backend[i].sampling.max_tokens = 16;
         on_backend[i].sampling.ignore_eos = true;
@@ -269,9 +281,18 @@ TEST(Engine, BackendDrawsEqualHostSampling) {
     for (size_t i = 0; i < a.size(); ++i) {
         ASSERT_EQ(a[i].tokens.size(), 16u);
         EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
-        distinct.insert(a[i].tokens.begin(), a[i].tokens.end());
+        if (i < 9) distinct.insert(a[i].tokens.begin(), a[i].tokens.end());
     }
     EXPECT_GT(distinct.size(), 8u);  // really sampled, not a greedy run
+    // The penalties changed the greedy requests' tokens (else the check above proves nothing
+    // about them).
+    for (size_t i = 9; i < a.size(); ++i) {
+        Request plain = on_backend[i];
+        plain.sampling.repetition_penalty = 1.0f, plain.sampling.presence_penalty = 0.0f;
+        plain.sampling.frequency_penalty = 0.0f;
+        auto e3 = Engine::create(*tiny().decoder, small_options(256)).value();
+        EXPECT_NE(run_all(*e3, {plain})[0].tokens, a[i].tokens) << "request " << i;
+    }
 }
 
 TEST(Engine, PlainGreedyAndPenalisedRequestsShareSteps) {
@@ -302,27 +323,35 @@ TEST(Engine, PlainGreedyAndPenalisedRequestsShareSteps) {
 // Greedy requests asking only for the chosen token's logprob (logprobs 0) take the backend's
 // argmax path, which also returns the token's log-softmax; asking for one alternative (logprobs
 // 1) takes the host sampler over the copied logits. Same tokens, same logprobs.
+// The same with penalties: the logprob is that of the penalised row on both paths.
 TEST(Engine, ChosenTokenLogprobsFromTheArgmaxPathMatchTheSampler) {
-    std::mt19937 rng(17);
-    const std::vector<int32_t> prompt = random_prompt(rng, 11);
-    Request fast, slow;
-    fast.prompt_ids = slow.prompt_ids = prompt;
-    fast.sampling = slow.sampling = greedy(12);
-    fast.sampling.logprobs = 0;
-    slow.sampling.logprobs = 1;
-    auto e1 = Engine::create(*tiny().decoder, small_options(256)).value();
-    auto e2 = Engine::create(*tiny().decoder, small_options(256)).value();
-    const Outcome a = run_all(*e1, {fast})[0], b = run_all(*e2, {slow})[0];
-    ASSERT_EQ(a.tokens, b.tokens);
-    ASSERT_EQ(a.logprobs.size(), a.tokens.size());
-    ASSERT_EQ(b.logprobs.size(), b.tokens.size());
-    for (size_t i = 0; i < a.tokens.size(); ++i) {
-        EXPECT_EQ(a.logprobs[i].token, a.tokens[i]);
-        EXPECT_TRUE(a.logprobs[i].top.empty());
-        EXPECT_LT(a.logprobs[i].logprob, 0.0f);
-        EXPECT_FLOAT_EQ(a.logprobs[i].logprob, b.logprobs[i].logprob) << "token " << i;
-        ASSERT_EQ(b.logprobs[i].top.size(), 1u);
-        EXPECT_EQ(b.logprobs[i].top[0].first, b.tokens[i]);
+    for (const bool penalised : {false, true}) {
+        SCOPED_TRACE(penalised ? "penalised" : "plain");
+        std::mt19937 rng(17);
+        const std::vector<int32_t> prompt = random_prompt(rng, 11);
+        Request fast, slow;
+        fast.prompt_ids = slow.prompt_ids = prompt;
+        fast.sampling = slow.sampling = greedy(12);
+        if (penalised) {
+            fast.sampling.repetition_penalty = slow.sampling.repetition_penalty = 1.4f;
+            fast.sampling.frequency_penalty = slow.sampling.frequency_penalty = 0.3f;
+        }
+        fast.sampling.logprobs = 0;
+        slow.sampling.logprobs = 1;
+        auto e1 = Engine::create(*tiny().decoder, small_options(256)).value();
+        auto e2 = Engine::create(*tiny().decoder, small_options(256)).value();
+        const Outcome a = run_all(*e1, {fast})[0], b = run_all(*e2, {slow})[0];
+        ASSERT_EQ(a.tokens, b.tokens);
+        ASSERT_EQ(a.logprobs.size(), a.tokens.size());
+        ASSERT_EQ(b.logprobs.size(), b.tokens.size());
+        for (size_t i = 0; i < a.tokens.size(); ++i) {
+            EXPECT_EQ(a.logprobs[i].token, a.tokens[i]);
+            EXPECT_TRUE(a.logprobs[i].top.empty());
+            EXPECT_LT(a.logprobs[i].logprob, 0.0f);
+            EXPECT_FLOAT_EQ(a.logprobs[i].logprob, b.logprobs[i].logprob) << "token " << i;
+            ASSERT_EQ(b.logprobs[i].top.size(), 1u);
+            EXPECT_EQ(b.logprobs[i].top[0].first, b.tokens[i]);
+        }
     }
 }
 

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "engine/stop_strings.h"
@@ -43,6 +45,86 @@ TEST(Sampler, PenaltiesChangeExactLogits) {
     EXPECT_FLOAT_EQ(logits[1], -2.0f);              // negative: multiplied
     EXPECT_FLOAT_EQ(logits[2], 1.5f - 0.5f - 0.5f); // repetition, presence, 2 x frequency
     EXPECT_FLOAT_EQ(logits[3], 4.0f);               // unseen
+}
+
+// PenaltyCounts grown a few tokens at a time lists what the definition gives, counted here from
+// scratch: every token of prompt + output once (repetition), presence + frequency x its output
+// count for the output's tokens, nothing for tokens the parameters leave unchanged or outside the
+// vocabulary; by token, with the row given.
+TEST(Sampler, PenaltyCountsGrownStepByStepFollowTheDefinition) {
+    std::mt19937 gen(3);
+    const int64_t n_vocab = 50;
+    for (int trial = 0; trial < 40; ++trial) {
+        std::vector<int32_t> tokens;
+        const int64_t n_prompt = 1 + gen() % 30;
+        for (int64_t i = 0; i < n_prompt; ++i) tokens.push_back(static_cast<int32_t>(gen() % 60) - 3);  // some outside
+        SamplingParams p;
+        p.repetition_penalty = trial % 3 == 0 ? 1.0f : 1.25f;
+        p.presence_penalty = trial % 3 == 1 ? 0.0f : 0.5f;
+        p.frequency_penalty = trial % 4 == 0 ? 0.0f : 0.3f;
+        PenaltyCounts counts;
+        for (int step = 0; step < 12; ++step) {
+            counts.update(tokens, n_prompt);
+            std::vector<TokenPenalty> got;
+            counts.append_penalties(p, 7, n_vocab, &got);
+            std::vector<TokenPenalty> want;
+            for (int32_t t = 0; t < n_vocab; ++t) {
+                const auto in_all = std::count(tokens.begin(), tokens.end(), t);
+                const auto in_output = std::count(tokens.begin() + n_prompt, tokens.end(), t);
+                TokenPenalty e{7, t};
+                bool changes = false;
+                if (in_all > 0 && p.repetition_penalty != 1.0f) e.repetition = p.repetition_penalty, changes = true;
+                if (in_output > 0 && (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)) {
+                    e.subtract = p.presence_penalty + p.frequency_penalty * static_cast<float>(in_output);
+                    changes = true;
+                }
+                if (changes) want.push_back(e);
+            }
+            ASSERT_EQ(got.size(), want.size()) << "trial " << trial << " step " << step;
+            for (size_t i = 0; i < got.size(); ++i) {
+                EXPECT_EQ(got[i].row, 7);
+                EXPECT_EQ(got[i].token, want[i].token);
+                EXPECT_EQ(got[i].repetition, want[i].repetition);
+                EXPECT_EQ(got[i].subtract, want[i].subtract) << "token " << got[i].token;
+            }
+            const int n_new = 1 + static_cast<int>(gen() % 3);
+            for (int k = 0; k < n_new; ++k) tokens.push_back(static_cast<int32_t>(gen() % 20));  // repeats
+        }
+        tokens.resize(static_cast<size_t>(n_prompt));  // shorter than what was counted: starts over
+        counts.update(tokens, n_prompt);
+        std::vector<TokenPenalty> got;
+        counts.append_penalties(p, 0, n_vocab, &got);
+        for (const TokenPenalty& e : got) EXPECT_EQ(e.subtract, 0.0f) << "token " << e.token;  // no output left
+    }
+}
+
+// penalised() leaves a logit bit for bit alone under the neutral parameters, including -0, inf
+// and NaN, and applies the definition otherwise.
+TEST(Sampler, NeutralPenaltiesChangeNoBits) {
+    const float inf = std::numeric_limits<float>::infinity();
+    for (const float l : {0.0f, -0.0f, 1.5f, -2.25f, inf, -inf, 3e38f, -1e-40f}) {
+        const float got = penalised(l, 1.0f, 0.0f);
+        EXPECT_EQ(std::memcmp(&got, &l, sizeof l), 0) << l;
+    }
+    EXPECT_TRUE(std::isnan(penalised(std::numeric_limits<float>::quiet_NaN(), 1.3f, 0.5f)));
+    EXPECT_EQ(penalised(3.0f, 2.0f, 0.25f), 1.25f);
+    EXPECT_EQ(penalised(-3.0f, 2.0f, 0.25f), -6.25f);
+}
+
+// picks_error names what is wrong with a step's picks; well-formed picks pass.
+TEST(Sampler, MalformedPicksAreRefused) {
+    const auto error = [](const TokenPicks& p, bool logprobs = false) { return picks_error(p, 3, 10, logprobs); };
+    EXPECT_EQ(error({}), "");
+    EXPECT_EQ(error({{}, {{0, 1, 1.2f, 0.0f}, {0, 4}, {2, 0, 0.5f, 3.0f}}}), "");
+    EXPECT_EQ(error({{{}, {0.8f, 0.0f, 1}, {}}, {{1, 9, 1.0f, -2.0f}}}), "");
+    EXPECT_NE(error({{{0.8f, 0.0f, 1}}, {}}).find("3 logit rows"), std::string::npos);
+    EXPECT_NE(error({{{}, {0.8f, 0.0f, 1}, {}}, {}}, true).find("logprob"), std::string::npos);
+    EXPECT_NE(error({{}, {{3, 1}}}).find("outside"), std::string::npos);   // row
+    EXPECT_NE(error({{}, {{0, 10}}}).find("outside"), std::string::npos);  // token
+    EXPECT_NE(error({{}, {{0, -1}}}).find("outside"), std::string::npos);
+    EXPECT_NE(error({{}, {{0, 2, 0.0f, 0.0f}}}).find("positive"), std::string::npos);
+    EXPECT_NE(error({{}, {{0, 2}, {0, 2}}}).find("ordered"), std::string::npos);  // twice
+    EXPECT_NE(error({{}, {{1, 2}, {0, 5}}}).find("ordered"), std::string::npos);
 }
 
 TEST(Sampler, TopKTopPMinPFilters) {

@@ -159,7 +159,7 @@ TEST(TokenDraws, DrawnRowsAreTheRaceOverTheirLogits) {
         const std::vector<TokenDraw> draws = {{1.5f, 0.0f, mix64(key)}, {}, {0.8f, 0.05f, mix64(key + 1000)}};
         auto cache = f.cache(12);
         std::vector<int32_t> got;
-        ASSERT_TRUE(f.decoder->forward_greedy(step(), *cache, &got, nullptr, draws).is_ok());
+        ASSERT_TRUE(f.decoder->forward_greedy(step(), *cache, &got, nullptr, TokenPicks{draws, {}}).is_ok());
         ASSERT_EQ(got.size(), 3u);
         for (size_t r = 0; r < 3; ++r) {
             const float* row = logits.data() + r * n_vocab;
@@ -174,11 +174,11 @@ TEST(TokenDraws, DrawnRowsAreTheRaceOverTheirLogits) {
     auto cache = f.cache(12);
     std::vector<int32_t> got;
     std::vector<float> lp;
-    EXPECT_FALSE(f.decoder->forward_greedy(step(), *cache, &got, nullptr, {{1.0f, 0.0f, 1}}).is_ok());  // 1 of 3 rows
-    const Status with_logprobs = f.decoder->forward_greedy(step(), *cache, &got, &lp, {{1.0f, 0.0f, 1}, {}, {}});
+    EXPECT_FALSE(f.decoder->forward_greedy(step(), *cache, &got, nullptr, TokenPicks{{{1.0f, 0.0f, 1}}, {}}).is_ok());  // 1 of 3 rows
+    const Status with_logprobs = f.decoder->forward_greedy(step(), *cache, &got, &lp, TokenPicks{{{1.0f, 0.0f, 1}, {}, {}}, {}});
     EXPECT_FALSE(with_logprobs.is_ok());
     EXPECT_NE(with_logprobs.message().find("logprob"), std::string::npos) << with_logprobs.message();
-    EXPECT_FALSE(f.decoder->forward_greedy(step(), *cache, &got, nullptr, {{-1.0f, 0.0f, 1}, {}, {}}).is_ok());
+    EXPECT_FALSE(f.decoder->forward_greedy(step(), *cache, &got, nullptr, TokenPicks{{{-1.0f, 0.0f, 1}, {}, {}}, {}}).is_ok());
 }
 
 }  // namespace

@@ -74,6 +74,8 @@ CudaBackend::Impl::~Impl() {
     if (argmax_fed) cudaFree(argmax_fed);
     if (draws_host) cudaFreeHost(draws_host);
     if (draws_dev) cudaFree(draws_dev);
+    if (penalties_host) cudaFreeHost(penalties_host);
+    if (penalties_dev) cudaFree(penalties_dev);
     if (draw_cuts) cudaFree(draw_cuts);
     if (draw_score) cudaFree(draw_score);
     if (draw_index) cudaFree(draw_index);
@@ -176,6 +178,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     if (const int v = cuda::env_int("MVLLM_QKV_ROPE", -1); v == 0 || v == 1)
         impl->options.qkv_rope_epilogue = v ? CudaBackendOptions::QkvRopeEpilogue::On : CudaBackendOptions::QkvRopeEpilogue::Off;
     if (const int v = cuda::env_int("MVLLM_CUDA_FED_TOKENS", -1); v == 0 || v == 1) impl->options.fed_tokens_on_device = v;
+    if (const int v = cuda::env_int("MVLLM_CUDA_PENALTIES", -1); v == 0 || v == 1) impl->options.penalties_on_device = v;
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
     cudaDeviceProp prop{};
     MVLLM_CUDA_OK(cudaGetDeviceProperties(&prop, options.device));
@@ -601,9 +604,24 @@ void CudaBackend::Impl::ensure_draws(size_t rows, int64_t parts) {
     draw_parts = p;
 }
 
-uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const TokenDraw* draws) {
+void CudaBackend::Impl::ensure_penalties(size_t n) {
+    if (n <= penalty_capacity) return;
+    const size_t cap = std::max({n + n / 2, size_t{4096}});
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no copy or kernel reads the old buffers any more
+    TokenPenalty* host = nullptr;
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * cap * sizeof(TokenPenalty), cudaHostAllocDefault));
+    if (penalties_host) cudaFreeHost(penalties_host);
+    if (penalties_dev) cudaFree(penalties_dev);
+    penalties_host = host;
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&penalties_dev), 2 * cap * sizeof(TokenPenalty)));
+    penalty_capacity = cap;
+}
+
+uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const TokenPicks& picks) {
     Impl& im = *impl_;
     const size_t rows = static_cast<size_t>(x.ne[1]);
+    const TokenDraw* draws = picks.draws.empty() ? nullptr : picks.draws.data();
+    MVLLM_CHECK(draws == nullptr || picks.draws.size() == rows) << picks.draws.size() << " draws for " << rows << " rows";
     bool drawn = false, any_min_p = false, any_cut = false;
     for (size_t r = 0; draws && r < rows; ++r) {
         if (!(draws[r].temperature > 0.0f)) continue;
@@ -614,8 +632,17 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
     MVLLM_CHECK(!(drawn && logprob)) << "a drawn token has no greedy logprob";
     im.ensure_argmax(rows);
     if (drawn) im.ensure_draws(rows, cuda::draw_parts(x.ne[0]));
+    const size_t n_penalties = picks.penalties.size();
+    if (n_penalties > 0) im.ensure_penalties(n_penalties);
     const uint64_t ticket = next_argmax_ticket();
     const size_t s = ticket % 2;
+    if (n_penalties > 0) {  // slot s's staging, as the draws' below
+        TokenPenalty* host = im.penalties_host + s * im.penalty_capacity;
+        TokenPenalty* dev = im.penalties_dev + s * im.penalty_capacity;
+        std::memcpy(host, picks.penalties.data(), n_penalties * sizeof(TokenPenalty));
+        MVLLM_CUDA_OK(cudaMemcpyAsync(dev, host, n_penalties * sizeof(TokenPenalty), cudaMemcpyHostToDevice, im.stream));
+        cuda::launch_penalties(x, dev, static_cast<int64_t>(n_penalties), im.stream);
+    }
     Impl::ArgmaxSlot& slot = im.argmax_slots[s];
     slot.ticket = ticket;
     slot.rows = rows;
@@ -657,9 +684,11 @@ void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob) {
     }
 }
 
-void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob, const TokenDraw* draws) {
-    argmax_result(argmax_enqueue(x, logprob != nullptr, draws), dst, logprob);
+void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob, const TokenPicks& picks) {
+    argmax_result(argmax_enqueue(x, logprob != nullptr, picks), dst, logprob);
 }
+
+bool CudaBackend::applies_penalties() const { return impl_->options.penalties_on_device; }
 
 bool CudaBackend::embeds_fed_tokens() const { return impl_->options.fed_tokens_on_device; }
 

@@ -42,6 +42,11 @@ struct CudaBackendOptions {
     // from 20-22 to 9 us, 0.5B decode +2.5 %, 7B +0.5 % (bench/NOTES.md, twenty-sixth session).
     // MVLLM_CUDA_FED_TOKENS=0 turns it off, =1 on.
     bool fed_tokens_on_device = true;
+    // The engine passes penalised rows to argmax_rows, which applies their penalties on the
+    // device (cuda::launch_penalties), instead of copying their logits to its sampler. Off until a
+    // device run has checked it against the host (CudaOps.PenalisedPicksEqualTheHost);
+    // MVLLM_CUDA_PENALTIES=1 turns it on. argmax_rows applies penalties it is given either way.
+    bool penalties_on_device = false;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).
@@ -108,14 +113,16 @@ public:
     int32_t n_graphs() const;
 
     // Greedy sampling on the device: the argmax of each row of an F32 device tensor
-    // (e.g. the logits), copied to dst[x.ne[1]] (argmax_enqueue, then argmax_result); rows with
-    // a TokenDraw of temperature > 0 are drawn on the device (cuda::launch_draw).
+    // (e.g. the logits), copied to dst[x.ne[1]] (argmax_enqueue, then argmax_result); the picks'
+    // penalties change x in place first (cuda::launch_penalties), and rows with a TokenDraw of
+    // temperature > 0 are drawn on the device (cuda::launch_draw).
     void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr,
-                     const TokenDraw* draws = nullptr) override;
+                     const TokenPicks& picks = {}) override;
     // The argmax (or draw) kernels queued on the stream; their results land in one of two mapped
     // host slots (ticket % 2) and, for fed tokens, in a device buffer the embedding reads.
-    uint64_t argmax_enqueue(const TensorView& x, bool logprob, const TokenDraw* draws = nullptr) override;
+    uint64_t argmax_enqueue(const TensorView& x, bool logprob, const TokenPicks& picks = {}) override;
     void argmax_result(uint64_t ticket, int32_t* dst, float* logprob) override;
+    bool applies_penalties() const override;
     bool embeds_fed_tokens() const override;
     // Raw byte copies between a device tensor and host memory (tests, tools). Synchronous.
     void download(const TensorView& x, void* dst);

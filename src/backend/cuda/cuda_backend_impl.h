@@ -135,6 +135,13 @@ struct CudaBackend::Impl {
     int64_t draw_parts = 0;
     // Grows the draw buffers to at least `rows` rows of `parts` partials.
     void ensure_draws(size_t rows, int64_t parts);
+    // A step's penalties (argmax_enqueue with TokenPicks::penalties), staged and copied as the
+    // draws are, two slots of penalty_capacity entries each.
+    TokenPenalty* penalties_host = nullptr;  // [2][penalty_capacity], host (pinned)
+    TokenPenalty* penalties_dev = nullptr;   // [2][penalty_capacity], device
+    size_t penalty_capacity = 0;
+    // Grows the penalty buffers to at least n entries a slot.
+    void ensure_penalties(size_t n);
 
     cuda::MatmulScratch matmul_scratch;
     std::unique_ptr<cuda::GemmTuner> gemm_tuner;  // matmul_scratch.tuner

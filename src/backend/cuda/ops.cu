@@ -547,6 +547,24 @@ void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, 
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
+// One thread per penalty: the (row, token) pairs are distinct, so no two threads share a logit.
+__global__ void penalties_kernel(float* x, int64_t width, const TokenPenalty* penalties, int64_t n) {
+    pdl_begin();
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const TokenPenalty p = penalties[i];
+    float& l = x[p.row * width + p.token];
+    l = penalised(l, p.repetition, p.subtract);
+}
+
+void launch_penalties(const TensorView& x, const TokenPenalty* penalties, int64_t n, cudaStream_t stream) {
+    MVLLM_CHECK(x.type == DType::F32) << "penalised logits " << type_name(x.type);
+    if (n == 0) return;
+    launch_pdl(penalties_kernel, static_cast<unsigned>(ceil_div(n, 256)), 256, 0, stream, static_cast<float*>(x.data),
+               x.ne[0], penalties, n);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
 int64_t draw_parts(int64_t width) { return ceil_div(width, kDrawChunk); }
 
 void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_max, bool any_cut, unsigned long long* keys,

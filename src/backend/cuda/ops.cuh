@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/device_batch.h"
+#include "core/draw.h"
 #include "core/race.h"
 #include "core/tensor.h"
 
@@ -43,6 +44,9 @@ void launch_convert(const TensorView& src, const TensorView& dst, cudaStream_t s
 // each. out may be mapped host memory (the tokens then need no copy after the kernels); fed
 // (device, or null) receives them too, for the embedding of a step queued after this one.
 void launch_argmax(const TensorView& x, unsigned long long* keys, int32_t* out, int32_t* fed, cudaStream_t stream);
+// x[p.row][p.token] = penalised(x[p.row][p.token], p.repetition, p.subtract) for each of the n
+// penalties (device memory; each (row, token) once, core/draw.h), in place on x [n_rows][width] f32.
+void launch_penalties(const TensorView& x, const TokenPenalty* penalties, int64_t n, cudaStream_t stream);
 // A row's kept head as a cut in the order (logit descending, token id ascending): the tokens whose
 // logit's order key is above `key`, and those at it with id <= last.
 struct DrawCut {
