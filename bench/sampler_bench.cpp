@@ -1,11 +1,15 @@
 // The host sampler on one row of a real vocabulary (Qwen2's 151,936 logits): the time a decode
 // step spends choosing its token after the logits reach the host, for the parameter sets users
 // send (greedy, plain temperature, nucleus, top-k, min-p, with and without logprobs), on a row
-// shaped like a trained model's and on a nearly flat one (a random-weight model's).
+// shaped like a trained model's and on a nearly flat one (a random-weight model's); and the
+// penalties' cost at a long context: applied from scratch (the host sampler's path) and the
+// engine's per-step update of a sequence's counts with its penalty list (the backend's path).
 //
 //   build/bin/bench_sampler [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -69,6 +73,52 @@ SamplingParams with(float temperature, float top_p = 1.0f, int32_t top_k = 0, fl
     return p;
 }
 
+// A context of n tokens drawn Zipf-like from the vocabulary (a few thousand distinct ones, as
+// text), the last 256 of them output.
+std::vector<int32_t> zipf_context(int64_t n) {
+    std::mt19937_64 gen(9);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& x : t) x = static_cast<int32_t>(std::min<double>(kVocab - 1, std::pow(kVocab, u(gen)) - 1));
+    return t;
+}
+
+SamplingParams penalised() {
+    SamplingParams p;
+    p.repetition_penalty = 1.1f;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.3f;
+    return p;
+}
+
+void penalties_from_scratch(benchmark::State& state) {
+    const std::vector<int32_t> context = zipf_context(state.range(0));
+    std::vector<float> row(model_like_logits());
+    for (auto _ : state) {
+        apply_penalties(row.data(), kVocab, penalised(), context, state.range(0) - 256);
+        benchmark::DoNotOptimize(row.data());
+    }
+}
+
+void penalty_counts_step(benchmark::State& state) {
+    std::vector<int32_t> context = zipf_context(state.range(0));
+    const int64_t n_prompt = state.range(0) - 256;
+    PenaltyCounts counts;
+    counts.update(context, n_prompt);
+    std::vector<TokenPenalty> list;
+    std::mt19937_64 gen(3);
+    for (auto _ : state) {
+        context.push_back(static_cast<int32_t>(gen() % 5000));
+        counts.update(context, n_prompt);
+        list.clear();
+        counts.append_penalties(penalised(), 0, kVocab, &list);
+        benchmark::DoNotOptimize(list.data());
+    }
+    state.counters["entries"] = static_cast<double>(list.size());
+}
+
+BENCHMARK(penalties_from_scratch)->Arg(1024)->Arg(32768)->Unit(benchmark::kMicrosecond);
+BENCHMARK(penalty_counts_step)->Arg(1024)->Arg(32768)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(run, greedy, with(0.0f))->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(run, greedy_logprobs5, with(0.0f, 1.0f, 0, 0.0f, 5))->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(run, temperature1, with(1.0f))->Unit(benchmark::kMicrosecond);

@@ -4,11 +4,13 @@
 #include "core/race.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <unordered_map>
 
 namespace mvllm {
 
@@ -19,7 +21,17 @@ bool has_penalties(const SamplingParams& p) {
 void PenaltyCounts::update(const std::vector<int32_t>& tokens, int64_t n_prompt) {
     if (tokens.size() < n_counted_) counts_.clear(), n_counted_ = 0;
     if (tokens.size() == n_counted_) return;
-    // The new tokens sorted and counted, then merged into counts_ (a decode step adds one).
+    if (tokens.size() - n_counted_ <= 4) {  // a decode step's token (or a few accepted drafts): in place
+        for (size_t i = n_counted_; i < tokens.size(); ++i) {
+            const int32_t t = tokens[i];
+            auto it = std::lower_bound(counts_.begin(), counts_.end(), std::make_pair(t, INT32_MIN));
+            if (it == counts_.end() || it->first != t) it = counts_.insert(it, {t, 0});
+            it->second += static_cast<int64_t>(i) >= n_prompt ? 1 : 0;
+        }
+        n_counted_ = tokens.size();
+        return;
+    }
+    // Many new tokens (a prompt): sorted and counted, then merged into counts_.
     std::vector<std::pair<int32_t, int32_t>> added;
     added.reserve(tokens.size() - n_counted_);
     for (size_t i = n_counted_; i < tokens.size(); ++i)
@@ -39,27 +51,41 @@ void PenaltyCounts::update(const std::vector<int32_t>& tokens, int64_t n_prompt)
     n_counted_ = tokens.size();
 }
 
-void PenaltyCounts::append_penalties(const SamplingParams& p, int32_t row, int64_t n_vocab,
-                                     std::vector<TokenPenalty>* out) const {
+// Token t's penalty under p (count: its occurrences in the output); false when p leaves it alone.
+static bool penalty_of(const SamplingParams& p, int32_t row, int32_t t, int32_t count, TokenPenalty* e) {
     const bool repetition = p.repetition_penalty != 1.0f;
-    const bool by_count = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-    for (const auto& [t, c] : counts_) {
-        if (t < 0 || t >= n_vocab || !(repetition || (by_count && c > 0))) continue;
-        TokenPenalty e{row, t};
-        if (repetition) e.repetition = p.repetition_penalty;
-        if (by_count && c > 0) e.subtract = p.presence_penalty + p.frequency_penalty * static_cast<float>(c);
-        out->push_back(e);
-    }
+    const bool by_count = count > 0 && (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
+    if (!repetition && !by_count) return false;
+    *e = TokenPenalty{row, t};
+    if (repetition) e->repetition = p.repetition_penalty;
+    if (by_count) e->subtract = p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
+    return true;
 }
 
+void PenaltyCounts::append_penalties(const SamplingParams& p, int32_t row, int64_t n_vocab,
+                                     std::vector<TokenPenalty>* out) const {
+    TokenPenalty e;
+    for (const auto& [t, c] : counts_)
+        if (t >= 0 && t < n_vocab && penalty_of(p, row, t, c, &e)) out->push_back(e);
+}
+
+// The entries PenaltyCounts would list, in the order the tokens first occur: a row's penalties
+// from scratch in one pass over the context (a bit per vocabulary entry, a map of the output's
+// counts), without PenaltyCounts' sort.
 void apply_penalties(float* logits, int64_t n_vocab, const SamplingParams& params,
                      const std::vector<int32_t>& tokens, int64_t n_prompt) {
     if (!has_penalties(params)) return;
-    PenaltyCounts counts;
-    counts.update(tokens, n_prompt);
-    std::vector<TokenPenalty> penalties;
-    counts.append_penalties(params, 0, n_vocab, &penalties);
-    penalise_rows(logits, n_vocab, penalties);
+    std::unordered_map<int32_t, int32_t> output_count;
+    for (size_t i = static_cast<size_t>(std::max<int64_t>(n_prompt, 0)); i < tokens.size(); ++i) ++output_count[tokens[i]];
+    std::vector<bool> seen(static_cast<size_t>(n_vocab), false);
+    TokenPenalty e;
+    for (const int32_t t : tokens) {
+        if (t < 0 || t >= n_vocab || seen[t]) continue;
+        seen[t] = true;
+        const auto c = output_count.find(t);
+        if (penalty_of(params, 0, t, c == output_count.end() ? 0 : c->second, &e))
+            logits[t] = penalised(logits[t], e.repetition, e.subtract);
+    }
 }
 
 void token_logprob(const float* logits, int64_t n_vocab, int32_t token, int32_t n_top, TokenLogprob* out) {

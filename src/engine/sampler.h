@@ -36,8 +36,8 @@ private:
     size_t n_counted_ = 0;
 };
 
-// Applies the penalties in place: logits [n_vocab] f32 (PenaltyCounts over tokens, then
-// penalise_rows: the arithmetic of every backend that applies them).
+// Applies the penalties in place: logits [n_vocab] f32 (the entries PenaltyCounts lists for
+// tokens, computed from scratch, with core/draw.h's penalised(): the arithmetic of every backend).
 void apply_penalties(float* logits, int64_t n_vocab, const SamplingParams& params,
                      const std::vector<int32_t>& tokens, int64_t n_prompt);
 

@@ -50,7 +50,7 @@ TEST(Sampler, PenaltiesChangeExactLogits) {
 // PenaltyCounts grown a few tokens at a time lists what the definition gives, counted here from
 // scratch: every token of prompt + output once (repetition), presence + frequency x its output
 // count for the output's tokens, nothing for tokens the parameters leave unchanged or outside the
-// vocabulary; by token, with the row given.
+// vocabulary; by token, with the row given; and applied to a row, what apply_penalties does.
 TEST(Sampler, PenaltyCountsGrownStepByStepFollowTheDefinition) {
     std::mt19937 gen(3);
     const int64_t n_vocab = 50;
@@ -87,6 +87,15 @@ TEST(Sampler, PenaltyCountsGrownStepByStepFollowTheDefinition) {
                 EXPECT_EQ(got[i].repetition, want[i].repetition);
                 EXPECT_EQ(got[i].subtract, want[i].subtract) << "token " << got[i].token;
             }
+            // The list applied to a row is the host sampler's apply_penalties, bit for bit.
+            std::vector<float> row(n_vocab), direct;
+            for (float& l : row) l = static_cast<float>(static_cast<int>(gen() % 2001) - 1000) / 97.0f;
+            direct = row;
+            std::vector<TokenPenalty> row0 = got;
+            for (TokenPenalty& e : row0) e.row = 0;
+            penalise_rows(row.data(), n_vocab, row0);
+            apply_penalties(direct.data(), n_vocab, p, tokens, n_prompt);
+            EXPECT_EQ(std::memcmp(row.data(), direct.data(), row.size() * sizeof(float)), 0) << "trial " << trial;
             const int n_new = 1 + static_cast<int>(gen() % 3);
             for (int k = 0; k < n_new; ++k) tokens.push_back(static_cast<int32_t>(gen() % 20));  // repeats
         }
