@@ -69,22 +69,26 @@ void PenaltyCounts::append_penalties(const SamplingParams& p, int32_t row, int64
         if (t >= 0 && t < n_vocab && penalty_of(p, row, t, c, &e)) out->push_back(e);
 }
 
-// The entries PenaltyCounts would list, in the order the tokens first occur: a row's penalties
-// from scratch in one pass over the context (a bit per vocabulary entry, a map of the output's
-// counts), without PenaltyCounts' sort.
+// The entries PenaltyCounts would list, from scratch in two passes (a bit per vocabulary entry
+// over the context, a map of the output's counts), without PenaltyCounts' sort. An entry applied as
+// its repetition, then its subtraction, is the entry applied at once, bit for bit: x - 0 == x and
+// (x > 0 ? x / 1 : x * 1) == x.
 void apply_penalties(float* logits, int64_t n_vocab, const SamplingParams& params,
                      const std::vector<int32_t>& tokens, int64_t n_prompt) {
-    if (!has_penalties(params)) return;
-    std::unordered_map<int32_t, int32_t> output_count;
-    for (size_t i = static_cast<size_t>(std::max<int64_t>(n_prompt, 0)); i < tokens.size(); ++i) ++output_count[tokens[i]];
-    std::vector<bool> seen(static_cast<size_t>(n_vocab), false);
-    TokenPenalty e;
-    for (const int32_t t : tokens) {
-        if (t < 0 || t >= n_vocab || seen[t]) continue;
-        seen[t] = true;
-        const auto c = output_count.find(t);
-        if (penalty_of(params, 0, t, c == output_count.end() ? 0 : c->second, &e))
-            logits[t] = penalised(logits[t], e.repetition, e.subtract);
+    if (params.repetition_penalty != 1.0f) {
+        std::vector<bool> seen(static_cast<size_t>(n_vocab), false);
+        for (const int32_t t : tokens)
+            if (t >= 0 && t < n_vocab && !seen[t]) {
+                seen[t] = true;
+                logits[t] = penalised(logits[t], params.repetition_penalty, 0.0f);
+            }
+    }
+    if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
+        std::unordered_map<int32_t, int32_t> output_count;
+        for (size_t i = static_cast<size_t>(std::max<int64_t>(n_prompt, 0)); i < tokens.size(); ++i) ++output_count[tokens[i]];
+        TokenPenalty e;
+        for (const auto& [t, c] : output_count)
+            if (t >= 0 && t < n_vocab && penalty_of(params, 0, t, c, &e)) logits[t] = penalised(logits[t], 1.0f, e.subtract);
     }
 }
 
