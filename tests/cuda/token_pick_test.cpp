@@ -98,54 +98,71 @@ TEST(CudaOps, DrawEqualsTheHostRace) {
 // top_k and top_p on the device (draw_cut.cu, then the draw) give draw_row's token (core/draw.h,
 // the host sampler's): every combination of top_k, top_p and min_p on vocabulary-wide rows, for
 // 40 keys each, beside greedy and untruncated rows; rows whose cut falls among equal logits (logits
-// on a grid of 0.5, a flat row), a row with -inf and NaN entries, and a top_k above the width.
+// on a grid of 0.5, a flat row), a row with -inf and NaN entries, and a top_k above the width. Both
+// ways of finding the cut: the whole row in one CTA, and the binned first step (whose flat row has
+// too many candidates and falls back to the whole row).
 TEST(CudaOps, TruncatedDrawEqualsTheHost) {
     MVLLM_REQUIRE_GPU();
-    auto be = make_cuda();
-    ASSERT_TRUE(be);
-    for (const int64_t width : {int64_t{97}, int64_t{4097}, int64_t{151936}}) {
-        const int64_t n_rows = 9;
-        std::vector<float> x = random_floats(width * n_rows, 43);
-        for (float& v : x) v *= 6.0f;
-        float* ties = x.data() + 5 * width;  // the cut falls among equal logits
-        for (int64_t i = 0; i < width; ++i) ties[i] = std::round(ties[i]) * 0.5f;
-        float* flat = x.data() + 6 * width;
-        std::fill(flat, flat + width, 1.25f);
-        float* masked = x.data() + 7 * width;
-        for (int64_t i = 0; i < width; i += 3) masked[i] = -std::numeric_limits<float>::infinity();
-        masked[width / 2] = std::numeric_limits<float>::quiet_NaN();
-        int differ = 0, drawn_not_argmax = 0, n = 0;
-        for (uint64_t key = 1; key <= 40; ++key) {
-            const float t = key % 3 == 0 ? 0.5f : key % 3 == 1 ? 1.0f : 1.7f;
-            const int32_t k = static_cast<int32_t>(1 + key % 50);
-            const float p = key % 2 ? 0.9f : 0.55f;
-            std::vector<TokenDraw> draws = {
-                {t, 0.0f, mix64(key * 17 + 0), k, 1.0f},               // top_k
-                {t, 0.0f, mix64(key * 17 + 1), 0, p},                  // top_p
-                {t, 0.01f, mix64(key * 17 + 2), k + 30, p},            // all three
-                {},                                                    // greedy
-                {t, 0.0f, mix64(key * 17 + 4), static_cast<int32_t>(width + 5), 1.0f},  // no cut
-                {t, 0.0f, mix64(key * 17 + 5), k, key % 4 ? p : 1.0f},  // ties at the cut
-                {t, 0.0f, mix64(key * 17 + 6), key % 2 ? k : 0, p},    // a flat row
-                {t, key % 2 ? 0.05f : 0.0f, mix64(key * 17 + 7), k, p},  // -inf and NaN
-                {t, 0.0f, mix64(key * 17 + 8), 0, 0.999f},             // a long head
-            };
-            TensorView tv = begin_with_input(*be, x, width, n_rows);
-            std::vector<int32_t> got(n_rows);
-            be->argmax_rows(tv, got.data(), nullptr, TokenPicks{draws, {}});
-            for (int64_t r = 0; r < n_rows; ++r) {
-                const float* row = x.data() + r * width;
-                const int32_t want = draw_row(row, width, draws[r]);
-                EXPECT_EQ(got[r], want) << "width " << width << " row " << r << " key " << key;
-                differ += got[r] != want;
-                drawn_not_argmax += draws[r].temperature > 0 && r != 6 && got[r] != row_argmax(row, width);
-                ++n;
+    for (const bool binned : {false, true}) {  // the whole-row selection, and the binned first step
+        SCOPED_TRACE(binned ? "binned" : "whole row");
+        CudaBackendOptions o;
+        o.binned_cut = binned;
+        auto created = CudaBackend::create(o);
+        ASSERT_TRUE(created.is_ok()) << created.status().message();
+        std::unique_ptr<CudaBackend> be = std::move(created).value();
+        for (const int64_t width : {int64_t{97}, int64_t{4097}, int64_t{151936}}) {
+            const int64_t n_rows = 9;
+            std::vector<float> x = random_floats(width * n_rows, 43);
+            for (float& v : x) v *= 6.0f;
+            float* ties = x.data() + 5 * width;  // the cut falls among equal logits
+            for (int64_t i = 0; i < width; ++i) ties[i] = std::round(ties[i]) * 0.5f;
+            float* flat = x.data() + 6 * width;
+            std::fill(flat, flat + width, 1.25f);
+            float* masked = x.data() + 7 * width;
+            for (int64_t i = 0; i < width; i += 3) masked[i] = -std::numeric_limits<float>::infinity();
+            masked[width / 2] = std::numeric_limits<float>::quiet_NaN();
+            int differ = 0, drawn_not_argmax = 0, n = 0;
+            for (uint64_t key = 1; key <= 40; ++key) {
+                const float t = key % 3 == 0 ? 0.5f : key % 3 == 1 ? 1.0f : 1.7f;
+                const int32_t k = static_cast<int32_t>(1 + key % 50);
+                const float p = key % 2 ? 0.9f : 0.55f;
+                std::vector<TokenDraw> draws = {
+                    {t, 0.0f, mix64(key * 17 + 0), k, 1.0f},               // top_k
+                    {t, 0.0f, mix64(key * 17 + 1), 0, p},                  // top_p
+                    {t, 0.01f, mix64(key * 17 + 2), k + 30, p},            // all three
+                    {},                                                    // greedy
+                    {t, 0.0f, mix64(key * 17 + 4), static_cast<int32_t>(width + 5), 1.0f},  // no cut
+                    {t, 0.0f, mix64(key * 17 + 5), k, key % 4 ? p : 1.0f},  // ties at the cut
+                    {t, 0.0f, mix64(key * 17 + 6), key % 2 ? k : 0, p},    // a flat row
+                    {t, key % 2 ? 0.05f : 0.0f, mix64(key * 17 + 7), k, p},  // -inf and NaN
+                    {t, 0.0f, mix64(key * 17 + 8), 0, 0.999f},             // a long head
+                };
+                TensorView tv = begin_with_input(*be, x, width, n_rows);
+                std::vector<int32_t> got(n_rows);
+                be->argmax_rows(tv, got.data(), nullptr, TokenPicks{draws, {}});
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    const float* row = x.data() + r * width;
+                    const int32_t want = draw_row(row, width, draws[r]);
+                    EXPECT_EQ(got[r], want) << "width " << width << " row " << r << " key " << key;
+                    differ += got[r] != want;
+                    drawn_not_argmax += draws[r].temperature > 0 && r != 6 && got[r] != row_argmax(row, width);
+                    ++n;
+                }
             }
+            EXPECT_EQ(differ, 0) << "of " << n << " draws, width " << width;
+            // The draws really are random (at width 97, with top_k down to 1 at T 0.5, ~13 % of the
+            // draws leave the argmax; the H200 measured 37 of 360).
+            EXPECT_GT(drawn_not_argmax, n / 20) << "width " << width;
         }
-        EXPECT_EQ(differ, 0) << "of " << n << " draws, width " << width;
-        // The draws really are random (at width 97, with top_k down to 1 at T 0.5, ~13 % of the
-        // draws leave the argmax; the H200 measured 37 of 360).
-        EXPECT_GT(drawn_not_argmax, n / 20) << "width " << width;
+        // The binned step narrowed most rows; the flat row (every value in one bin: 151,936
+        // candidates) was read whole.
+        const auto [narrowed, whole] = be->binned_cut_rows();
+        if (binned) {
+            EXPECT_GT(narrowed, 3 * 7 * 40 / 2);
+            EXPECT_GT(whole, 0u);
+        } else {
+            EXPECT_EQ(narrowed + whole, 0u);
+        }
     }
 }
 

@@ -77,6 +77,7 @@ CudaBackend::Impl::~Impl() {
     if (penalties_host) cudaFreeHost(penalties_host);
     if (penalties_dev) cudaFree(penalties_dev);
     if (draw_cuts) cudaFree(draw_cuts);
+    if (draw_binned) cudaFree(draw_binned);
     if (draw_score) cudaFree(draw_score);
     if (draw_index) cudaFree(draw_index);
     for (ArgmaxSlot& slot : argmax_slots)
@@ -179,6 +180,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
         impl->options.qkv_rope_epilogue = v ? CudaBackendOptions::QkvRopeEpilogue::On : CudaBackendOptions::QkvRopeEpilogue::Off;
     if (const int v = cuda::env_int("MVLLM_CUDA_FED_TOKENS", -1); v == 0 || v == 1) impl->options.fed_tokens_on_device = v;
     if (const int v = cuda::env_int("MVLLM_CUDA_PENALTIES", -1); v == 0 || v == 1) impl->options.penalties_on_device = v;
+    if (const int v = cuda::env_int("MVLLM_CUDA_BINNED_CUT", -1); v == 0 || v == 1) impl->options.binned_cut = v;
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
     cudaDeviceProp prop{};
     MVLLM_CUDA_OK(cudaGetDeviceProperties(&prop, options.device));
@@ -593,11 +595,17 @@ void CudaBackend::Impl::ensure_draws(size_t rows, int64_t parts) {
     if (draws_host) cudaFreeHost(draws_host);
     if (draws_dev) cudaFree(draws_dev);
     if (draw_cuts) cudaFree(draw_cuts);
+    if (draw_binned) cudaFree(draw_binned), draw_binned = nullptr;
     if (draw_score) cudaFree(draw_score);
     if (draw_index) cudaFree(draw_index);
     draws_host = host;
     MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draws_dev), 2 * cap * sizeof(TokenDraw)));
     MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draw_cuts), cap * sizeof(cuda::DrawCut)));
+    if (options.binned_cut) {  // zeroed: the kernels leave it so
+        const size_t bytes = static_cast<size_t>(cuda::binned_cut_bytes(static_cast<int64_t>(cap)));
+        MVLLM_CUDA_OK(cudaMalloc(&draw_binned, bytes));
+        MVLLM_CUDA_OK(cudaMemset(draw_binned, 0, bytes));
+    }
     MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draw_score), cap * p * sizeof(double)));
     MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draw_index), cap * p * sizeof(int32_t)));
     draw_rows = cap;
@@ -655,7 +663,7 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
         MVLLM_CUDA_OK(cudaMemcpyAsync(im.draws_dev + s * im.draw_rows, im.draws_host + s * im.draw_rows,
                                       rows * sizeof(TokenDraw), cudaMemcpyHostToDevice, im.stream));
         cuda::launch_draw(x, im.draws_dev + s * im.draw_rows, any_min_p, any_cut, im.argmax_keys, im.draw_cuts,
-                          im.draw_score, im.draw_index,
+                          im.draw_binned, im.n_sms, im.draw_score, im.draw_index,
                           im.argmax_out_dev + s * im.argmax_capacity, im.argmax_fed, im.stream);
     } else if (rows > 0) {
         cuda::launch_argmax(x, im.argmax_keys, im.argmax_out_dev + s * im.argmax_capacity, im.argmax_fed, im.stream);
@@ -686,6 +694,15 @@ void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob) {
 
 void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob, const TokenPicks& picks) {
     argmax_result(argmax_enqueue(x, logprob != nullptr, picks), dst, logprob);
+}
+
+std::pair<uint64_t, uint64_t> CudaBackend::binned_cut_rows() {
+    Impl& im = *impl_;
+    if (!im.draw_binned) return {0, 0};
+    cuda::BinnedCutStats stats{};
+    MVLLM_CUDA_OK(cudaStreamSynchronize(im.stream));
+    MVLLM_CUDA_OK(cudaMemcpy(&stats, im.draw_binned, sizeof stats, cudaMemcpyDeviceToHost));
+    return {stats.binned, stats.whole};
 }
 
 bool CudaBackend::applies_penalties() const { return impl_->options.penalties_on_device; }

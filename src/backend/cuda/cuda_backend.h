@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -47,6 +48,11 @@ struct CudaBackendOptions {
     // device run has checked it against the host (CudaOps.PenalisedPicksEqualTheHost);
     // MVLLM_CUDA_PENALTIES=1 turns it on. argmax_rows applies penalties it is given either way.
     bool penalties_on_device = false;
+    // top_k / top_p cuts start with a histogram of each row's distances below its max over many
+    // CTAs per row, so that the exact one-CTA selection reads one bin's values instead of the whole
+    // row (draw_cut.cu; the same cuts). Off until a device run has checked and timed it;
+    // MVLLM_CUDA_BINNED_CUT=1 turns it on.
+    bool binned_cut = false;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).
@@ -111,6 +117,9 @@ public:
     std::vector<int32_t> warmup_contexts(int32_t max_context) const override;
     // Recorded graphs so far (tests, benchmarks).
     int32_t n_graphs() const;
+    // Truncating rows whose cut the binned first step narrowed, and those read whole, so far
+    // (CudaBackendOptions::binned_cut; tests). Synchronous.
+    std::pair<uint64_t, uint64_t> binned_cut_rows();
 
     // Greedy sampling on the device: the argmax of each row of an F32 device tensor
     // (e.g. the logits), copied to dst[x.ne[1]] (argmax_enqueue, then argmax_result); the picks'

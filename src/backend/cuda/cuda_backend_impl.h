@@ -129,6 +129,7 @@ struct CudaBackend::Impl {
     TokenDraw* draws_host = nullptr;  // [2][draw_rows], host (pinned)
     TokenDraw* draws_dev = nullptr;   // [2][draw_rows], device
     cuda::DrawCut* draw_cuts = nullptr;  // [draw_rows], device
+    void* draw_binned = nullptr;      // [draw_rows] rows of the binned cut's scratch (options.binned_cut)
     double* draw_score = nullptr;     // [draw_rows * draw_parts], device
     int32_t* draw_index = nullptr;
     size_t draw_rows = 0;

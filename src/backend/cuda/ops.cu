@@ -568,8 +568,8 @@ void launch_penalties(const TensorView& x, const TokenPenalty* penalties, int64_
 int64_t draw_parts(int64_t width) { return ceil_div(width, kDrawChunk); }
 
 void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_max, bool any_cut, unsigned long long* keys,
-                 DrawCut* cuts, double* part_score, int32_t* part_index, int32_t* out, int32_t* fed,
-                 cudaStream_t stream) {
+                 DrawCut* cuts, void* binned, int n_sms, double* part_score, int32_t* part_index, int32_t* out,
+                 int32_t* fed, cudaStream_t stream) {
     MVLLM_CHECK(x.type == DType::F32) << "draw input " << type_name(x.type);
     const int64_t n_rows = x.ne[1], parts = draw_parts(x.ne[0]);
     if (n_rows == 0) return;
@@ -580,7 +580,7 @@ void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_max, bool
                    kArgmaxThreads, 0, stream, xs, x.ne[0], keys);
         MVLLM_CUDA_LAUNCH_CHECK();
     }
-    if (any_cut) launch_draw_cut(xs, x.ne[0], n_rows, draws, keys, cuts, stream);
+    if (any_cut) launch_draw_cut(xs, x.ne[0], n_rows, draws, keys, cuts, binned, n_sms, stream);
     launch_pdl(draw_partial_kernel, grid, kDrawThreads, 0, stream, xs, x.ne[0], draws, keys, cuts, part_score,
                part_index);
     MVLLM_CUDA_LAUNCH_CHECK();

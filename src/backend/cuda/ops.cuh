@@ -57,16 +57,24 @@ struct DrawCut {
 // when its temperature is 0, otherwise the race over the tokens top_k, top_p and min_p keep,
 // computed in log space (the same winner up to rounding ties). keys as launch_argmax (used when
 // any_max: a row has min_p, top_k or top_p; the rows' maxima); cuts: device scratch of one DrawCut
-// per row (used when any_cut: a row has top_k or top_p); part_score / part_index: device scratch of
-// draw_parts(width) per row. out and fed as launch_argmax.
+// per row (used when any_cut: a row has top_k or top_p), binned and n_sms as launch_draw_cut's;
+// part_score / part_index: device scratch of draw_parts(width) per row. out and fed as launch_argmax.
 int64_t draw_parts(int64_t width);
 void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_max, bool any_cut, unsigned long long* keys,
-                 DrawCut* cuts, double* part_score, int32_t* part_index, int32_t* out, int32_t* fed,
-                 cudaStream_t stream);
+                 DrawCut* cuts, void* binned, int n_sms, double* part_score, int32_t* part_index, int32_t* out,
+                 int32_t* fed, cudaStream_t stream);
 // cuts[r] for the rows whose draw truncates (top_k, top_p; draw_cut.cu), from x [n_rows][width] f32
-// and the rows' maxima in keys.
+// and the rows' maxima in keys. binned (or null: one CTA per row reads the whole row): zeroed device
+// scratch of binned_cut_bytes(n_rows) for the binned first step, which narrows each row to the
+// values of one histogram bin with many CTAs per row (n_sms: the device's SM count).
+int64_t binned_cut_bytes(int64_t n_rows);
+// At the start of that scratch: how many truncating rows the binned step narrowed, and how many
+// the selection read whole (too many candidates, or no bin reached the target).
+struct BinnedCutStats {
+    unsigned long long binned, whole;
+};
 void launch_draw_cut(const float* x, int64_t width, int64_t n_rows, const TokenDraw* draws,
-                     const unsigned long long* keys, DrawCut* cuts, cudaStream_t stream);
+                     const unsigned long long* keys, DrawCut* cuts, void* binned, int n_sms, cudaStream_t stream);
 // out[r] = the log-softmax of row r's maximum, -log sum_i exp(x[r][i] - max_r) (F32 x). One CTA
 // per row, one pass (running maximum and rescaled sum per thread, merged at the end).
 void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream);
