@@ -81,10 +81,6 @@ __device__ __forceinline__ void for_each_value(const float* r, int64_t width, F 
     for (int64_t i = 4 * n4 + threadIdx.x; i < width; i += blockDim.x) f(__ldcg(r + i), i);
 }
 
-__device__ __forceinline__ bool in_cut(uint32_t k, int64_t i, DrawCut c) {
-    return k > c.key || (k == c.key && i <= c.last);
-}
-
 struct Select {
     uint32_t prefix;            // the key's digits chosen so far
     unsigned long long above;   // the amount (count or mass) of the kept tokens above the prefix's range
@@ -153,7 +149,7 @@ __device__ DrawCut select_cut(const float* r, int64_t width, Values values, Draw
         const uint32_t prefix = st->prefix;
         values([&](float v, int64_t i) {
             const uint32_t k = order_key(v);
-            const bool counted = !isnan(v) && ((k ^ prefix) & high) == 0 && in_cut(k, i, set);
+            const bool counted = !isnan(v) && ((k ^ prefix) & high) == 0 && set.keeps(k, i);
             // The lanes of a warp that share a digit add once: their sum, by the leader.
             const unsigned active = __activemask();
             if (__ballot_sync(active, counted) == 0) return;
@@ -193,7 +189,7 @@ __device__ DrawCut select_cut(const float* r, int64_t width, Values values, Draw
     const int64_t end = begin + chunk < width ? begin + chunk : width;
     auto tied = [&](int64_t i) {
         const float v = __ldcg(r + i);
-        return !isnan(v) && order_key(v) == key && in_cut(key, i, set);
+        return !isnan(v) && order_key(v) == key && set.keeps(key, i);
     };
     if (threadIdx.x == 0) last = all_at;  // (not reached: some thread holds the m-th)
     unsigned long long count = 0;

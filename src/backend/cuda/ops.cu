@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float*
         double s = v[j];
         if (drawn) {
             const uint32_t k = order_key(v[j]);
-            if (!(k > c.key || (k == c.key && i <= c.last))) continue;  // top_k / top_p's cut
+            if (!c.keeps(k, i)) continue;  // top_k / top_p's cut
             if (d.min_p > 0.0f && !(exp((static_cast<double>(v[j]) - max) * inv_t) >= d.min_p)) continue;
             const double u = race_uniform(d.key, static_cast<int32_t>(i));
             s = s * inv_t - log(-log(u));

@@ -52,6 +52,8 @@ void launch_penalties(const TensorView& x, const TokenPenalty* penalties, int64_
 struct DrawCut {
     uint32_t key;
     int32_t last;
+    // Whether the token of order key k and id i is in the cut.
+    __host__ __device__ bool keeps(uint32_t k, int64_t i) const { return k > key || (k == key && i <= last); }
 };
 // out[r] = row r's token by draws[r] (core/draw.h's draw_row; draws in device memory): the argmax
 // when its temperature is 0, otherwise the race over the tokens top_k, top_p and min_p keep,
