@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mvllm {
@@ -33,6 +34,9 @@ struct SamplingParams {
     float repetition_penalty = 1.0f;  // > 1 discourages tokens of prompt and output (CTRL style)
     float presence_penalty = 0.0f;    // subtracted once from tokens already generated
     float frequency_penalty = 0.0f;   // subtracted per occurrence in the output
+    // (token, bias): added to the token's logit before the penalties and everything else (OpenAI's
+    // logit_bias; -100 bans a token in practice). A token listed twice keeps its last bias.
+    std::vector<std::pair<int32_t, float>> logit_bias;
     int64_t seed = -1;                // -1: a seed derived from the request id
     int32_t max_tokens = -1;          // -1: up to the context or pool capacity
     std::vector<std::string> stop;    // stop strings (excluded from the output text)

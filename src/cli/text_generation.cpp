@@ -1,5 +1,6 @@
 #include "cli/text_generation.h"
 
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 
@@ -21,6 +22,17 @@ void add_sampling_flags(CLI::App* cmd, SamplingFlags* f) {
     add_penalty_flags(cmd, &f->repeat_penalty, &f->presence_penalty, &f->frequency_penalty);
     cmd->add_option("--seed", f->seed, "random seed (same seed, same text)");
     cmd->add_option("--stop", f->stop, "stop string (repeatable); never printed");
+    cmd->add_option("--logit-bias", f->logit_bias, "TOKEN=BIAS added to a token's logit (repeatable; -100 bans it)")
+        ->check(CLI::Validator(
+            [](std::string& s) -> std::string {
+                int32_t token = 0;
+                float bias = 0;
+                char extra = 0;
+                if (std::sscanf(s.c_str(), "%d=%f%c", &token, &bias, &extra) != 2 || token < 0 || !std::isfinite(bias))
+                    return "expected TOKEN=BIAS (a token id >= 0, a finite number), got " + s;
+                return {};
+            },
+            "TOKEN=BIAS"));
     cmd->add_flag("--ignore-eos", f->ignore_eos, "keep generating past end-of-sequence tokens");
 }
 
@@ -35,6 +47,12 @@ SamplingParams to_sampling_params(const SamplingFlags& f, bool greedy_default, i
     p.frequency_penalty = f.frequency_penalty;
     p.seed = f.seed;
     p.stop = f.stop;
+    for (const std::string& b : f.logit_bias) {  // checked by the option's validator
+        int32_t token = 0;
+        float bias = 0;
+        std::sscanf(b.c_str(), "%d=%f", &token, &bias);
+        p.logit_bias.push_back({token, bias});
+    }
     p.ignore_eos = f.ignore_eos;
     p.max_tokens = n_predict;
     return p;

@@ -19,6 +19,7 @@ struct SamplingFlags {
     int top_k = 0;
     int64_t seed = -1;
     std::vector<std::string> stop;
+    std::vector<std::string> logit_bias;  // TOKEN=BIAS
     bool ignore_eos = false;
 };
 void add_sampling_flags(CLI::App* cmd, SamplingFlags* f);

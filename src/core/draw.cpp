@@ -40,7 +40,7 @@ std::string picks_error(const TokenPicks& picks, int64_t n_rows, int64_t width, 
 void penalise_rows(float* x, int64_t width, const std::vector<TokenPenalty>& penalties) {
     for (const TokenPenalty& p : penalties) {
         float& l = x[p.row * width + p.token];
-        l = penalised(l, p.repetition, p.subtract);
+        l = penalised(l, p.bias, p.repetition, p.subtract);
     }
 }
 

@@ -16,23 +16,28 @@
 
 namespace mvllm {
 
-// A change of one token's logit in one row before its token is picked (the engine's repetition,
-// presence and frequency penalties, engine/sampler.h): l' = (l > 0 ? l / repetition : l *
-// repetition) - subtract. repetition 1 and subtract 0 change nothing, bit for bit.
+// A change of one token's logit in one row before its token is picked (the engine's logit bias,
+// then its repetition, presence and frequency penalties, engine/sampler.h): with b = l + bias,
+// l' = (b > 0 ? b / repetition : b * repetition) - subtract. bias 0, repetition 1 and subtract 0
+// change nothing, bit for bit.
 struct TokenPenalty {
     int32_t row = 0;
     int32_t token = 0;
+    float bias = 0.0f;
     float repetition = 1.0f;
     float subtract = 0.0f;
 };
 
 // The penalised logit, rounded as the host computes it on every backend (the CUDA build uses fast
-// math, so the device spells out its IEEE division, multiplication and subtraction: no FMA).
-MVLLM_HOST_DEVICE inline float penalised(float l, float repetition, float subtract) {
+// math, so the device spells out its IEEE operations: no FMA, no approximate division). A zero
+// bias is not added (-0 + 0 would be +0).
+MVLLM_HOST_DEVICE inline float penalised(float l, float bias, float repetition, float subtract) {
 #if defined(__CUDA_ARCH__)
-    return __fsub_rn(l > 0.0f ? __fdiv_rn(l, repetition) : __fmul_rn(l, repetition), subtract);
+    const float b = bias != 0.0f ? __fadd_rn(l, bias) : l;
+    return __fsub_rn(b > 0.0f ? __fdiv_rn(b, repetition) : __fmul_rn(b, repetition), subtract);
 #else
-    return (l > 0.0f ? l / repetition : l * repetition) - subtract;
+    const float b = bias != 0.0f ? l + bias : l;
+    return (b > 0.0f ? b / repetition : b * repetition) - subtract;
 #endif
 }
 

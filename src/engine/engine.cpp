@@ -500,6 +500,9 @@ Result<RequestId> Engine::Impl::submit(Request request, EventCallback on_event) 
     for (int32_t id : request.prompt_ids)
         if (id < 0 || id >= n_vocab) return make_error("prompt token id ", id, " is outside the vocabulary of ", n_vocab);
     MVLLM_TRY(validate_sampling_params(request.sampling));
+    normalise_logit_bias(&request.sampling);
+    for (const auto& [t, bias] : request.sampling.logit_bias)
+        if (t >= n_vocab) return make_error("logit_bias token id ", t, " is outside the vocabulary of ", n_vocab);
     if (!request.sampling.stop.empty() && !text_streams)
         return make_error("stop strings need a tokenizer to turn tokens into text");
     // A sequence of L tokens stores the KV of L - 1 (the last sampled token is never fed back).

@@ -15,7 +15,20 @@
 namespace mvllm {
 
 bool has_penalties(const SamplingParams& p) {
-    return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+    return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
+           !p.logit_bias.empty();
+}
+
+void normalise_logit_bias(SamplingParams* p) {
+    auto& b = p->logit_bias;
+    std::stable_sort(b.begin(), b.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    // The last of each token's entries (stable: in the order given).
+    size_t n = 0;
+    for (size_t i = 0; i < b.size(); ++i) {
+        if (i + 1 < b.size() && b[i + 1].first == b[i].first) continue;
+        b[n++] = b[i];
+    }
+    b.resize(n);
 }
 
 void PenaltyCounts::update(const std::vector<int32_t>& tokens, int64_t n_prompt) {
@@ -51,36 +64,50 @@ void PenaltyCounts::update(const std::vector<int32_t>& tokens, int64_t n_prompt)
     n_counted_ = tokens.size();
 }
 
-// Token t's penalty under p (count: its occurrences in the output); false when p leaves it alone.
-static bool penalty_of(const SamplingParams& p, int32_t row, int32_t t, int32_t count, TokenPenalty* e) {
-    const bool repetition = p.repetition_penalty != 1.0f;
+// Token t's penalty under p (bias: its logit bias; seen: it occurs in the context, count times in
+// the output); false when p leaves it alone.
+static bool penalty_of(const SamplingParams& p, int32_t row, int32_t t, float bias, bool seen, int32_t count,
+                       TokenPenalty* e) {
+    const bool repetition = seen && p.repetition_penalty != 1.0f;
     const bool by_count = count > 0 && (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
-    if (!repetition && !by_count) return false;
-    *e = TokenPenalty{row, t};
+    if (bias == 0.0f && !repetition && !by_count) return false;
+    *e = TokenPenalty{row, t, bias};
     if (repetition) e->repetition = p.repetition_penalty;
     if (by_count) e->subtract = p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
     return true;
 }
 
+// counts_ merged with the logit bias (both by token).
 void PenaltyCounts::append_penalties(const SamplingParams& p, int32_t row, int64_t n_vocab,
                                      std::vector<TokenPenalty>* out) const {
     TokenPenalty e;
-    for (const auto& [t, c] : counts_)
-        if (t >= 0 && t < n_vocab && penalty_of(p, row, t, c, &e)) out->push_back(e);
+    const auto add = [&](int32_t t, float bias, bool seen, int32_t count) {
+        if (t >= 0 && t < n_vocab && penalty_of(p, row, t, bias, seen, count, &e)) out->push_back(e);
+    };
+    auto b = p.logit_bias.begin();
+    const auto b_end = p.logit_bias.end();
+    for (const auto& [t, c] : counts_) {
+        for (; b != b_end && b->first < t; ++b) add(b->first, b->second, false, 0);
+        const float bias = b != b_end && b->first == t ? (b++)->second : 0.0f;
+        add(t, bias, true, c);
+    }
+    for (; b != b_end; ++b) add(b->first, b->second, false, 0);
 }
 
-// The entries PenaltyCounts would list, from scratch in two passes (a bit per vocabulary entry
-// over the context, a map of the output's counts), without PenaltyCounts' sort. An entry applied as
-// its repetition, then its subtraction, is the entry applied at once, bit for bit: x - 0 == x and
-// (x > 0 ? x / 1 : x * 1) == x.
+// The entries PenaltyCounts would list, from scratch in three passes (the bias list, a bit per
+// vocabulary entry over the context, a map of the output's counts), without PenaltyCounts' sort.
+// An entry applied as its bias, then its repetition, then its subtraction is the entry applied at
+// once, bit for bit: x - 0 == x and (x > 0 ? x / 1 : x * 1) == x.
 void apply_penalties(float* logits, int64_t n_vocab, const SamplingParams& params,
                      const std::vector<int32_t>& tokens, int64_t n_prompt) {
+    for (const auto& [t, bias] : params.logit_bias)
+        if (t >= 0 && t < n_vocab) logits[t] = penalised(logits[t], bias, 1.0f, 0.0f);
     if (params.repetition_penalty != 1.0f) {
         std::vector<bool> seen(static_cast<size_t>(n_vocab), false);
         for (const int32_t t : tokens)
             if (t >= 0 && t < n_vocab && !seen[t]) {
                 seen[t] = true;
-                logits[t] = penalised(logits[t], params.repetition_penalty, 0.0f);
+                logits[t] = penalised(logits[t], 0.0f, params.repetition_penalty, 0.0f);
             }
     }
     if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
@@ -88,7 +115,8 @@ void apply_penalties(float* logits, int64_t n_vocab, const SamplingParams& param
         for (size_t i = static_cast<size_t>(std::max<int64_t>(n_prompt, 0)); i < tokens.size(); ++i) ++output_count[tokens[i]];
         TokenPenalty e;
         for (const auto& [t, c] : output_count)
-            if (t >= 0 && t < n_vocab && penalty_of(params, 0, t, c, &e)) logits[t] = penalised(logits[t], 1.0f, e.subtract);
+            if (t >= 0 && t < n_vocab && penalty_of(params, 0, t, 0.0f, true, c, &e))
+                logits[t] = penalised(logits[t], 0.0f, 1.0f, e.subtract);
     }
 }
 
@@ -164,6 +192,8 @@ Status validate_sampling_params(const SamplingParams& p) {
         return make_error("repetition_penalty must be > 0, got ", p.repetition_penalty);
     if (!std::isfinite(p.presence_penalty) || !std::isfinite(p.frequency_penalty))
         return make_error("presence_penalty and frequency_penalty must be finite");
+    for (const auto& [t, bias] : p.logit_bias)
+        if (t < 0 || !std::isfinite(bias)) return make_error("logit_bias needs token ids >= 0 and finite biases, got ", t, ": ", bias);
     if (p.max_tokens == 0 || p.max_tokens < -1) return make_error("max_tokens must be >= 1, got ", p.max_tokens);
     if (p.logprobs > 20) return make_error("logprobs must be <= 20, got ", p.logprobs);
     return Status::ok();

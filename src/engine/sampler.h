@@ -15,8 +15,12 @@
 
 namespace mvllm {
 
-// Whether params change logits before the pick (repetition, presence or frequency penalty).
+// Whether params change logits before the pick (a logit bias, a repetition, presence or frequency
+// penalty).
 bool has_penalties(const SamplingParams& params);
+// Sorts params' logit_bias by token, keeping the last bias given for a token (what PenaltyCounts
+// and apply_penalties expect; Engine::submit does it).
+void normalise_logit_bias(SamplingParams* params);
 
 // What a sequence's penalties read, brought up to date as it grows: each distinct token of its
 // prompt and output, with how often it occurs in the output (0: in the prompt only).
@@ -26,8 +30,9 @@ public:
     // over when tokens is shorter than what was counted.
     void update(const std::vector<int32_t>& tokens, int64_t n_prompt);
     // Appends row's penalties under params to out, by token (tokens outside [0, n_vocab) and
-    // tokens that params leave unchanged are skipped): repetition over prompt + output, presence
-    // and frequency (subtract = presence + frequency * count) over the output.
+    // tokens that params leave unchanged are skipped): the logit bias (params.logit_bias
+    // normalised), repetition over prompt + output, presence and frequency (subtract = presence +
+    // frequency * count) over the output.
     void append_penalties(const SamplingParams& params, int32_t row, int64_t n_vocab,
                           std::vector<TokenPenalty>* out) const;
 

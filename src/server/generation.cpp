@@ -213,7 +213,9 @@ void Server::Impl::run_generation(std::shared_ptr<Generation> gen, std::vector<s
                 *n_waiting -= n_choices - choice;
                 gen->finished.assign(n_choices, false);
                 abort_all(*gen);
-                return send_error(res, invalid_field(prompt_field, id.status().message()));
+                // The engine refuses a prompt (or a logit_bias token) the model cannot take.
+                const std::string& why = id.status().message();
+                return send_error(res, invalid_field(why.rfind("logit_bias", 0) == 0 ? "logit_bias" : prompt_field, why));
             }
             gen->ids.push_back(*id);
             ++*n_live;

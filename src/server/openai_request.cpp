@@ -1,5 +1,7 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <sstream>
 
@@ -86,6 +88,28 @@ Error read_string(const json& body, const char* key, std::string* out) {
     return std::nullopt;
 }
 
+// OpenAI's logit_bias: an object from token ids (as strings) to biases in [-100, 100]. Ids beyond
+// the vocabulary are refused by the engine at submit.
+Error read_logit_bias(const json& body, std::vector<std::pair<int32_t, float>>* out) {
+    const json* v = field(body, "logit_bias");
+    if (!v) return std::nullopt;
+    if (!v->is_object()) return wrong_type("logit_bias", *v, "an object of token ids to biases");
+    for (auto it = v->begin(); it != v->end(); ++it) {
+        const std::string& key = it.key();
+        const bool digits = !key.empty() && key.size() <= 10 &&
+                            std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+        const long long id = digits ? std::stoll(key) : -1;
+        if (id < 0 || id > INT32_MAX)
+            return invalid_field("logit_bias", "'logit_bias' keys must be token ids, got \"" + key + "\"");
+        if (!it->is_number()) return wrong_type("logit_bias", *it, "an object of token ids to numbers");
+        const double bias = it->get<double>();
+        if (!(bias >= -100 && bias <= 100))
+            return invalid_field("logit_bias", "'logit_bias' values must be in [-100, 100], got " + fmt(bias));
+        out->push_back({static_cast<int32_t>(id), static_cast<float>(bias)});
+    }
+    return std::nullopt;
+}
+
 Error parse_body(const std::string& text, json* body) {
     *body = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (body->is_discarded()) return invalid_field("", "the request body is not valid JSON");
@@ -108,6 +132,7 @@ Error parse_common(const json& body, GenerationParams* p) {
     if (auto e = read_number(body, "repetition_penalty", 0, 2, true, &s.repetition_penalty)) return e;
     if (auto e = read_number(body, "presence_penalty", -2, 2, false, &s.presence_penalty)) return e;
     if (auto e = read_number(body, "frequency_penalty", -2, 2, false, &s.frequency_penalty)) return e;
+    if (auto e = read_logit_bias(body, &s.logit_bias)) return e;
     v = -1;
     if (auto e = read_int(body, "seed", INT64_MIN, INT64_MAX, &v)) return e;
     // Negative seeds are valid in OpenAI's API; the engine reserves -1 for "derived from the id".

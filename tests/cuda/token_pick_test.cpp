@@ -170,7 +170,8 @@ TEST(CudaOps, TruncatedDrawEqualsTheHost) {
 // penalised rows: greedy rows with their logprobs, then drawn rows (temperature, top_k, top_p) in
 // the same launch as greedy ones, each against the host's token (core/draw.h's penalise_rows, then
 // the argmax or draw_row). Penalties of every kind (repetition on positive and negative logits,
-// subtraction alone, both), on rows' maxima so that they change the argmax, and a row without any.
+// subtraction alone, both, after a logit bias), on rows' maxima so that they change the argmax,
+// and a row without any.
 TEST(CudaOps, PenalisedPicksEqualTheHost) {
     MVLLM_REQUIRE_GPU();
     auto be = make_cuda();
@@ -190,8 +191,9 @@ TEST(CudaOps, PenalisedPicksEqualTheHost) {
                 std::sort(tokens.begin(), tokens.end());
                 tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
                 for (const int32_t t : tokens) {
-                    const int kind = static_cast<int>(gen() % 3);
-                    picks.penalties.push_back({r, t, kind == 1 ? 1.0f : 1.7f, kind == 0 ? 0.0f : 0.4f + 0.3f * (gen() % 5)});
+                    const int kind = static_cast<int>(gen() % 4);  // repetition, subtraction, both, a bias and both
+                    const float bias = kind == 3 ? (gen() % 2 ? -100.0f : 2.5f) : 0.0f;
+                    picks.penalties.push_back({r, t, bias, kind == 1 ? 1.0f : 1.7f, kind == 0 ? 0.0f : 0.4f + 0.3f * (gen() % 5)});
                 }
             }
             std::vector<float> want_x = x;

@@ -255,7 +255,8 @@ TEST(Engine, DecodePaddingChangesNoOutput) {
 // backend draws them (temperature, top_k, top_p, min_p, after the penalties) or the engine samples
 // the logits on the host (the same requests asking for top logprobs, which only the host path
 // computes). Requests 7-10 are penalised: 7 and 8 drawn, 9 and 10 greedy (the argmax of the
-// penalised row), with repetition, presence and frequency penalties alone and together.
+// penalised row), with repetition, presence and frequency penalties alone and together, and a
+// logit bias on 7 and 9.
 TEST(Engine, BackendDrawsEqualHostSampling) {
     std::mt19937 rng(23);
     std::vector<Request> on_backend(11);
@@ -268,6 +269,7 @@ TEST(Engine, BackendDrawsEqualHostSampling) {
         on_backend[i].sampling.repetition_penalty = i == 7 || i == 9 ? 1.5f : 1.0f;
         on_backend[i].sampling.presence_penalty = i == 8 || i == 9 ? 0.7f : 0.0f;
         on_backend[i].sampling.frequency_penalty = i == 8 ? 0.9f : i == 10 ? -2.0f : 0.0f;  // 10: repeats
+        if (i == 7 || i == 9) on_backend[i].sampling.logit_bias = {{5, 3.0f}, {17, -1.5f}, {200, 6.0f}};
         on_backend[i].sampling.seed = 7 + static_cast<int64_t>(i);
         on_backend[i].sampling.max_tokens = 16;
         on_backend[i].sampling.ignore_eos = true;
@@ -318,6 +320,37 @@ TEST(Engine, PlainGreedyAndPenalisedRequestsShareSteps) {
     }
     auto alone = Engine::create(*tiny().decoder, small_options(256)).value();
     EXPECT_EQ(run_all(*alone, {penalised})[0].tokens, out[1].tokens);
+}
+
+// OpenAI's logit_bias: -100 bans a token (the greedy text never has it), +100 forces one (every
+// greedy token is it), on the backend's path and on the host sampler's (top logprobs); a token
+// outside the vocabulary is refused at submit.
+TEST(Engine, LogitBiasBansAndForcesTokens) {
+    std::mt19937 rng(29);
+    Request plain;
+    plain.prompt_ids = random_prompt(rng, 9);
+    plain.sampling = greedy(12);
+    auto e0 = Engine::create(*tiny().decoder, small_options(256)).value();
+    const std::vector<int32_t> free_text = run_all(*e0, {plain})[0].tokens;
+    ASSERT_EQ(free_text.size(), 12u);
+    for (const int32_t logprobs : {-1, 2}) {
+        SCOPED_TRACE(logprobs < 0 ? "backend" : "host");
+        Request ban = plain, force = plain;
+        ban.sampling.logprobs = force.sampling.logprobs = logprobs;
+        for (const int32_t t : free_text) ban.sampling.logit_bias.push_back({t, -100.0f});
+        force.sampling.logit_bias = {{free_text[3], 0.5f}, {77, 100.0f}};
+        auto engine = Engine::create(*tiny().decoder, small_options(256)).value();
+        const std::vector<Outcome> out = run_all(*engine, {ban, force});
+        ASSERT_EQ(out[0].tokens.size(), 12u);
+        for (const int32_t t : out[0].tokens)
+            EXPECT_EQ(std::count(free_text.begin(), free_text.end(), t), 0) << "banned token " << t;
+        EXPECT_EQ(out[1].tokens, std::vector<int32_t>(12, 77));
+    }
+    Request outside = plain;
+    outside.sampling.logit_bias = {{static_cast<int32_t>(tiny().decoder->config().n_vocab), 1.0f}};
+    const auto refused = e0->submit(outside);
+    ASSERT_FALSE(refused.is_ok());
+    EXPECT_NE(refused.status().message().find("vocabulary"), std::string::npos) << refused.status().message();
 }
 
 // Greedy requests asking only for the chosen token's logprob (logprobs 0) take the backend's

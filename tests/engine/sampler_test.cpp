@@ -49,7 +49,7 @@ TEST(Sampler, PenaltiesChangeExactLogits) {
 
 // PenaltyCounts grown a few tokens at a time lists what the definition gives, counted here from
 // scratch: every token of prompt + output once (repetition), presence + frequency x its output
-// count for the output's tokens, nothing for tokens the parameters leave unchanged or outside the
+// count for the output's tokens, the logit bias (the last given for a token), nothing for tokens the parameters leave unchanged or outside the
 // vocabulary; by token, with the row given; and applied to a row, what apply_penalties does.
 TEST(Sampler, PenaltyCountsGrownStepByStepFollowTheDefinition) {
     std::mt19937 gen(3);
@@ -62,6 +62,11 @@ TEST(Sampler, PenaltyCountsGrownStepByStepFollowTheDefinition) {
         p.repetition_penalty = trial % 3 == 0 ? 1.0f : 1.25f;
         p.presence_penalty = trial % 3 == 1 ? 0.0f : 0.5f;
         p.frequency_penalty = trial % 4 == 0 ? 0.0f : 0.3f;
+        if (trial % 2 == 1) {  // a logit bias on some tokens, in and out of the context and the vocabulary
+            for (int k = 0; k < 6; ++k) p.logit_bias.push_back({static_cast<int32_t>(gen() % 56), k % 3 ? 2.5f : -100.0f});
+            p.logit_bias.push_back({p.logit_bias[0].first, 0.75f});  // listed twice: the last bias counts
+            normalise_logit_bias(&p);
+        }
         PenaltyCounts counts;
         for (int step = 0; step < 12; ++step) {
             counts.update(tokens, n_prompt);
@@ -73,6 +78,8 @@ TEST(Sampler, PenaltyCountsGrownStepByStepFollowTheDefinition) {
                 const auto in_output = std::count(tokens.begin() + n_prompt, tokens.end(), t);
                 TokenPenalty e{7, t};
                 bool changes = false;
+                for (const auto& [bt, bias] : p.logit_bias)
+                    if (bt == t && bias != 0.0f) e.bias = bias, changes = true;
                 if (in_all > 0 && p.repetition_penalty != 1.0f) e.repetition = p.repetition_penalty, changes = true;
                 if (in_output > 0 && (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)) {
                     e.subtract = p.presence_penalty + p.frequency_penalty * static_cast<float>(in_output);
@@ -84,6 +91,7 @@ TEST(Sampler, PenaltyCountsGrownStepByStepFollowTheDefinition) {
             for (size_t i = 0; i < got.size(); ++i) {
                 EXPECT_EQ(got[i].row, 7);
                 EXPECT_EQ(got[i].token, want[i].token);
+                EXPECT_EQ(got[i].bias, want[i].bias) << "token " << got[i].token;
                 EXPECT_EQ(got[i].repetition, want[i].repetition);
                 EXPECT_EQ(got[i].subtract, want[i].subtract) << "token " << got[i].token;
             }
@@ -107,31 +115,45 @@ TEST(Sampler, PenaltyCountsGrownStepByStepFollowTheDefinition) {
     }
 }
 
+TEST(Sampler, LogitBiasIsSortedWithTheLastBiasOfEachToken) {
+    SamplingParams p;
+    p.logit_bias = {{9, 1.0f}, {3, -2.0f}, {9, 4.0f}, {0, 0.5f}, {3, 7.0f}};
+    normalise_logit_bias(&p);
+    const std::vector<std::pair<int32_t, float>> want = {{0, 0.5f}, {3, 7.0f}, {9, 4.0f}};
+    EXPECT_EQ(p.logit_bias, want);
+    p.logit_bias = {{2, std::numeric_limits<float>::infinity()}};
+    EXPECT_FALSE(validate_sampling_params(p).is_ok());
+    p.logit_bias = {{-1, 1.0f}};
+    EXPECT_FALSE(validate_sampling_params(p).is_ok());
+}
+
 // penalised() leaves a logit bit for bit alone under the neutral parameters, including -0, inf
 // and NaN, and applies the definition otherwise.
 TEST(Sampler, NeutralPenaltiesChangeNoBits) {
     const float inf = std::numeric_limits<float>::infinity();
     for (const float l : {0.0f, -0.0f, 1.5f, -2.25f, inf, -inf, 3e38f, -1e-40f}) {
-        const float got = penalised(l, 1.0f, 0.0f);
+        const float got = penalised(l, 0.0f, 1.0f, 0.0f);
         EXPECT_EQ(std::memcmp(&got, &l, sizeof l), 0) << l;
     }
-    EXPECT_TRUE(std::isnan(penalised(std::numeric_limits<float>::quiet_NaN(), 1.3f, 0.5f)));
-    EXPECT_EQ(penalised(3.0f, 2.0f, 0.25f), 1.25f);
-    EXPECT_EQ(penalised(-3.0f, 2.0f, 0.25f), -6.25f);
+    EXPECT_TRUE(std::isnan(penalised(std::numeric_limits<float>::quiet_NaN(), 1.0f, 1.3f, 0.5f)));
+    EXPECT_EQ(penalised(3.0f, 0.0f, 2.0f, 0.25f), 1.25f);
+    EXPECT_EQ(penalised(-3.0f, 0.0f, 2.0f, 0.25f), -6.25f);
+    EXPECT_EQ(penalised(-3.0f, 5.0f, 2.0f, 0.25f), 0.75f);   // the bias first: 2 > 0 is divided
+    EXPECT_EQ(penalised(1.0f, -100.0f, 2.0f, 0.0f), -198.0f);  // -99 is multiplied
 }
 
 // picks_error names what is wrong with a step's picks; well-formed picks pass.
 TEST(Sampler, MalformedPicksAreRefused) {
     const auto error = [](const TokenPicks& p, bool logprobs = false) { return picks_error(p, 3, 10, logprobs); };
     EXPECT_EQ(error({}), "");
-    EXPECT_EQ(error({{}, {{0, 1, 1.2f, 0.0f}, {0, 4}, {2, 0, 0.5f, 3.0f}}}), "");
-    EXPECT_EQ(error({{{}, {0.8f, 0.0f, 1}, {}}, {{1, 9, 1.0f, -2.0f}}}), "");
+    EXPECT_EQ(error({{}, {{0, 1, 0.0f, 1.2f, 0.0f}, {0, 4}, {2, 0, -100.0f, 0.5f, 3.0f}}}), "");
+    EXPECT_EQ(error({{{}, {0.8f, 0.0f, 1}, {}}, {{1, 9, 0.0f, 1.0f, -2.0f}}}), "");
     EXPECT_NE(error({{{0.8f, 0.0f, 1}}, {}}).find("3 logit rows"), std::string::npos);
     EXPECT_NE(error({{{}, {0.8f, 0.0f, 1}, {}}, {}}, true).find("logprob"), std::string::npos);
     EXPECT_NE(error({{}, {{3, 1}}}).find("outside"), std::string::npos);   // row
     EXPECT_NE(error({{}, {{0, 10}}}).find("outside"), std::string::npos);  // token
     EXPECT_NE(error({{}, {{0, -1}}}).find("outside"), std::string::npos);
-    EXPECT_NE(error({{}, {{0, 2, 0.0f, 0.0f}}}).find("positive"), std::string::npos);
+    EXPECT_NE(error({{}, {{0, 2, 0.0f, 0.0f, 0.0f}}}).find("positive"), std::string::npos);
     EXPECT_NE(error({{}, {{0, 2}, {0, 2}}}).find("ordered"), std::string::npos);  // twice
     EXPECT_NE(error({{}, {{1, 2}, {0, 5}}}).find("ordered"), std::string::npos);
 }

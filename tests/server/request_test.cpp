@@ -2,6 +2,8 @@
 // field named, unknown fields ignored. No network.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 
@@ -44,7 +46,8 @@ TEST(ServerRequest, SamplingFieldsAndDefaults) {
     auto r = completion(R"({"prompt": "x", "model": "m", "max_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 4,
         "min_p": 0.1, "repetition_penalty": 1.1, "presence_penalty": 0.5, "frequency_penalty": -0.5, "seed": 3,
         "stop": ["a", "b"], "n": 2, "logprobs": 2, "ignore_eos": true, "user": "u", "stream": true,
-        "stream_options": {"include_usage": true}, "some_unknown_field": {"x": 1}})");
+        "stream_options": {"include_usage": true}, "logit_bias": {"50256": -100, "7": 2.5},
+        "some_unknown_field": {"x": 1}})");
     const SamplingParams& s = r.params.sampling;
     EXPECT_EQ(r.params.model, "m");
     EXPECT_EQ(s.max_tokens, 7);
@@ -54,6 +57,9 @@ TEST(ServerRequest, SamplingFieldsAndDefaults) {
     EXPECT_FLOAT_EQ(s.min_p, 0.1f);
     EXPECT_FLOAT_EQ(s.repetition_penalty, 1.1f);
     EXPECT_FLOAT_EQ(s.frequency_penalty, -0.5f);
+    auto sorted = s.logit_bias;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, (std::vector<std::pair<int32_t, float>>{{7, 2.5f}, {50256, -100.0f}}));
     EXPECT_EQ(s.seed, 3);
     EXPECT_EQ(s.stop, (std::vector<std::string>{"a", "b"}));
     EXPECT_EQ(r.params.n, 2);
@@ -78,6 +84,12 @@ TEST(ServerRequest, WrongTypesAndRangesNameTheField) {
     EXPECT_EQ(completion_error_param(R"({"prompt": "x", "min_p": 1.5})"), "min_p");
     EXPECT_EQ(completion_error_param(R"({"prompt": "x", "presence_penalty": 9})"), "presence_penalty");
     EXPECT_EQ(completion_error_param(R"({"prompt": "x", "n": 0})"), "n");
+    EXPECT_EQ(completion_error_param(R"({"prompt": "x", "logit_bias": [1]})"), "logit_bias");
+    EXPECT_EQ(completion_error_param(R"({"prompt": "x", "logit_bias": {"a1": 1}})"), "logit_bias");
+    EXPECT_EQ(completion_error_param(R"({"prompt": "x", "logit_bias": {"-3": 1}})"), "logit_bias");
+    EXPECT_EQ(completion_error_param(R"({"prompt": "x", "logit_bias": {"99999999999": 1}})"), "logit_bias");
+    EXPECT_EQ(completion_error_param(R"({"prompt": "x", "logit_bias": {"3": 101}})"), "logit_bias");
+    EXPECT_EQ(completion_error_param(R"({"prompt": "x", "logit_bias": {"3": "up"}})"), "logit_bias");
     EXPECT_EQ(completion_error_param(R"({"prompt": "x", "n": 1.5})"), "n");
     EXPECT_EQ(completion_error_param(R"({"prompt": "x", "logprobs": 21})"), "logprobs");
     EXPECT_EQ(completion_error_param(R"({"prompt": "x", "stop": [1]})"), "stop");

@@ -120,6 +120,14 @@ TEST(ServerHttp, ModelsHealthAndGreedyCompletion) {
     EXPECT_TRUE(usage);
     EXPECT_EQ(streamed, expected);
 
+    // logit_bias +100 on one token: every greedy token is it.
+    json forced = {{"prompt", prompt}, {"max_tokens", 5}, {"temperature", 0}, {"logprobs", 0}, {"ignore_eos", true},
+                   {"logit_bias", {{"77", 100}}}};
+    auto fres = c.Post("/v1/completions", forced.dump(), "application/json");
+    ASSERT_EQ(fres->status, 200) << fres->body;
+    EXPECT_EQ(ids_from_logprobs(json::parse(fres->body)["choices"][0]["logprobs"]["tokens"]),
+              std::vector<int32_t>(5, 77));
+
     // n = 2 with a seed: two choices.
     json n2 = {{"prompt", prompt}, {"max_tokens", 4}, {"n", 2}, {"seed", 7}};
     auto nres = c.Post("/v1/completions", n2.dump(), "application/json");
@@ -143,6 +151,9 @@ TEST(ServerHttp, ErrorsNameTheField) {
     EXPECT_NE(msg.find("600"), std::string::npos) << msg;
     auto vocab = c.Post("/v1/completions", R"({"prompt": [100000]})", "application/json");
     EXPECT_EQ(vocab->status, 400);
+    auto bias = c.Post("/v1/completions", R"({"prompt": [1], "logit_bias": {"100000": 5}})", "application/json");
+    ASSERT_EQ(bias->status, 400);
+    EXPECT_EQ(json::parse(bias->body)["error"]["param"], "logit_bias");
     auto model = c.Post("/v1/completions", R"({"prompt": [1], "model": "gpt-9"})", "application/json");
     EXPECT_EQ(model->status, 404);
     EXPECT_EQ(c.Get("/nowhere")->status, 404);

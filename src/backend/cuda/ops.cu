@@ -554,7 +554,7 @@ __global__ void penalties_kernel(float* x, int64_t width, const TokenPenalty* pe
     if (i >= n) return;
     const TokenPenalty p = penalties[i];
     float& l = x[p.row * width + p.token];
-    l = penalised(l, p.repetition, p.subtract);
+    l = penalised(l, p.bias, p.repetition, p.subtract);
 }
 
 void launch_penalties(const TensorView& x, const TokenPenalty* penalties, int64_t n, cudaStream_t stream) {
