@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The sampling checks and A/B timings of the twenty-eighth session (bench/NOTES.md), for one or two
-# device calls: the binned first step of the top_k / top_p cut (MVLLM_CUDA_BINNED_CUT) and the
-# penalties on the device (MVLLM_CUDA_PENALTIES), each off and on in the same call.
+# device calls: the binned first step of the top_k / top_p cut (MVLLM_CUDA_BINNED_CUT), the
+# penalties on the device (MVLLM_CUDA_PENALTIES) and the draw's out-of-line score
+# (MVLLM_CUDA_DRAW_OUTLINED), each off and on in the same call.
 #   test   the whole test_cuda (with the new CudaOps.PenalisedPicksEqualTheHost,
 #          EngineWarmUp.DevicePenaltiesEqualHostSampling, TruncatedDrawEqualsTheHost both ways)
 #   gen05 / gen7   `generate`, 512-token prompt, 256 tokens, decode tok/s (batch 1), 0.5B / 7B q4_0
@@ -48,6 +49,7 @@ for p in qwen2.5-0.5b qwen2.5-7b; do
   echo "|---|---|---|---|"
   gen $p greedy "--temperature 0"
   gen $p t1 "--temperature 1"
+  gen $p t1_outlined "--temperature 1" MVLLM_CUDA_DRAW_OUTLINED=1
   for c in 0 1; do
     gen $p p095_cut$c "--temperature 1 --top-p 0.95" MVLLM_CUDA_BINNED_CUT=$c
     gen $p k40_cut$c "--temperature 1 --top-k 40" MVLLM_CUDA_BINNED_CUT=$c
@@ -72,6 +74,7 @@ if has b4b; then
   echo "|---|---|---|"
   b4b t0 "--temperature 0"
   b4b t06 "--temperature 0.6"
+  b4b t06_outlined "--temperature 0.6" MVLLM_CUDA_DRAW_OUTLINED=1
   for c in 0 1; do
     b4b p095_cut$c "--temperature 0.6 --top-p 0.95" MVLLM_CUDA_BINNED_CUT=$c
     b4b k40_cut$c "--temperature 0.6 --top-k 40" MVLLM_CUDA_BINNED_CUT=$c

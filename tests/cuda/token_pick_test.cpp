@@ -56,42 +56,49 @@ TEST(CudaOps, ArgmaxOfVocabularyRowsTakesTheFirstMaximum) {
 
 // The device's draw (cuda::launch_draw) is race_row's (core/race.h, the host sampler's draw): on
 // vocabulary-wide rows, for 40 keys each, at three temperatures with and without min_p, beside
-// greedy rows in the same launch, and on a row with -inf and NaN entries.
+// greedy rows in the same launch, and on a row with -inf and NaN entries; with the score inlined
+// in the kernel's loop and out of line (CudaBackendOptions::draw_score_outlined).
 TEST(CudaOps, DrawEqualsTheHostRace) {
     MVLLM_REQUIRE_GPU();
-    auto be = make_cuda();
-    ASSERT_TRUE(be);
-    for (const int64_t width : {int64_t{97}, int64_t{4097}, int64_t{151936}}) {
-        const int64_t n_rows = 6;
-        std::vector<float> x = random_floats(width * n_rows, 41);
-        for (float& v : x) v *= 6.0f;  // logits spread like a model's
-        float* r4 = x.data() + 4 * width;  // -inf entries (masked tokens) and a NaN
-        for (int64_t i = 0; i < width; i += 3) r4[i] = -std::numeric_limits<float>::infinity();
-        r4[width / 2] = std::numeric_limits<float>::quiet_NaN();
-        const float temperatures[] = {0.4f, 1.0f, 2.0f};
-        int differ = 0, drawn_not_argmax = 0, n = 0;
-        for (uint64_t key = 1; key <= 40; ++key) {
-            std::vector<TokenDraw> draws(n_rows);
-            for (int64_t r = 0; r < n_rows; ++r) {
-                if (r == 2) continue;  // a greedy row among drawn ones
-                draws[r] = {temperatures[(r + key) % 3], r % 2 ? 0.02f : 0.0f, mix64(key * 131 + r)};
+    for (const bool outlined : {false, true}) {  // the race's score inlined, and out of line
+        SCOPED_TRACE(outlined ? "outlined score" : "inlined score");
+        CudaBackendOptions o;
+        o.draw_score_outlined = outlined;
+        auto created = CudaBackend::create(o);
+        ASSERT_TRUE(created.is_ok()) << created.status().message();
+        std::unique_ptr<CudaBackend> be = std::move(created).value();
+        for (const int64_t width : {int64_t{97}, int64_t{4097}, int64_t{151936}}) {
+            const int64_t n_rows = 6;
+            std::vector<float> x = random_floats(width * n_rows, 41);
+            for (float& v : x) v *= 6.0f;  // logits spread like a model's
+            float* r4 = x.data() + 4 * width;  // -inf entries (masked tokens) and a NaN
+            for (int64_t i = 0; i < width; i += 3) r4[i] = -std::numeric_limits<float>::infinity();
+            r4[width / 2] = std::numeric_limits<float>::quiet_NaN();
+            const float temperatures[] = {0.4f, 1.0f, 2.0f};
+            int differ = 0, drawn_not_argmax = 0, n = 0;
+            for (uint64_t key = 1; key <= 40; ++key) {
+                std::vector<TokenDraw> draws(n_rows);
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    if (r == 2) continue;  // a greedy row among drawn ones
+                    draws[r] = {temperatures[(r + key) % 3], r % 2 ? 0.02f : 0.0f, mix64(key * 131 + r)};
+                }
+                TensorView t = begin_with_input(*be, x, width, n_rows);
+                std::vector<int32_t> got(n_rows);
+                be->argmax_rows(t, got.data(), nullptr, TokenPicks{draws, {}});
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    const float* row = x.data() + r * width;
+                    const int32_t want = draws[r].temperature > 0
+                                             ? race_row(row, width, draws[r].temperature, draws[r].min_p, draws[r].key)
+                                             : row_argmax(row, width);
+                    differ += got[r] != want;
+                    drawn_not_argmax += draws[r].temperature > 0 && got[r] != row_argmax(row, width);
+                    ++n;
+                }
             }
-            TensorView t = begin_with_input(*be, x, width, n_rows);
-            std::vector<int32_t> got(n_rows);
-            be->argmax_rows(t, got.data(), nullptr, TokenPicks{draws, {}});
-            for (int64_t r = 0; r < n_rows; ++r) {
-                const float* row = x.data() + r * width;
-                const int32_t want = draws[r].temperature > 0
-                                         ? race_row(row, width, draws[r].temperature, draws[r].min_p, draws[r].key)
-                                         : row_argmax(row, width);
-                differ += got[r] != want;
-                drawn_not_argmax += draws[r].temperature > 0 && got[r] != row_argmax(row, width);
-                ++n;
-            }
+            // Log space against the host's ratio: the same winner but for a rounding tie (~1e-15).
+            EXPECT_EQ(differ, 0) << "of " << n << " draws, width " << width;
+            EXPECT_GT(drawn_not_argmax, n / 4) << "width " << width;  // the draws really are random
         }
-        // Log space against the host's ratio: the same winner but for a rounding tie (~1e-15).
-        EXPECT_EQ(differ, 0) << "of " << n << " draws, width " << width;
-        EXPECT_GT(drawn_not_argmax, n / 4) << "width " << width;  // the draws really are random
     }
 }
 

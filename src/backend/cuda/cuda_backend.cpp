@@ -181,6 +181,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     if (const int v = cuda::env_int("MVLLM_CUDA_FED_TOKENS", -1); v == 0 || v == 1) impl->options.fed_tokens_on_device = v;
     if (const int v = cuda::env_int("MVLLM_CUDA_PENALTIES", -1); v == 0 || v == 1) impl->options.penalties_on_device = v;
     if (const int v = cuda::env_int("MVLLM_CUDA_BINNED_CUT", -1); v == 0 || v == 1) impl->options.binned_cut = v;
+    if (const int v = cuda::env_int("MVLLM_CUDA_DRAW_OUTLINED", -1); v == 0 || v == 1)
+        impl->options.draw_score_outlined = v;
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
     cudaDeviceProp prop{};
     MVLLM_CUDA_OK(cudaGetDeviceProperties(&prop, options.device));
@@ -662,8 +664,9 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
         std::memcpy(im.draws_host + s * im.draw_rows, draws, rows * sizeof(TokenDraw));
         MVLLM_CUDA_OK(cudaMemcpyAsync(im.draws_dev + s * im.draw_rows, im.draws_host + s * im.draw_rows,
                                       rows * sizeof(TokenDraw), cudaMemcpyHostToDevice, im.stream));
-        cuda::launch_draw(x, im.draws_dev + s * im.draw_rows, any_min_p, any_cut, im.argmax_keys, im.draw_cuts,
-                          im.draw_binned, im.n_sms, im.draw_score, im.draw_index,
+        const cuda::DrawScratch scratch{im.argmax_keys, im.draw_cuts, im.draw_binned, im.draw_score,
+                                        im.draw_index, im.n_sms, im.options.draw_score_outlined};
+        cuda::launch_draw(x, im.draws_dev + s * im.draw_rows, any_min_p, any_cut, scratch,
                           im.argmax_out_dev + s * im.argmax_capacity, im.argmax_fed, im.stream);
     } else if (rows > 0) {
         cuda::launch_argmax(x, im.argmax_keys, im.argmax_out_dev + s * im.argmax_capacity, im.argmax_fed, im.stream);

@@ -53,6 +53,11 @@ struct CudaBackendOptions {
     // row (draw_cut.cu; the same cuts). Off until a device run has checked and timed it;
     // MVLLM_CUDA_BINNED_CUT=1 turns it on.
     bool binned_cut = false;
+    // The draw kernel's race score in one out-of-line function: inlined into the kernel's unrolled
+    // loop, its double logarithms made the warps wait on instruction fetch 60 % of the time (ncu,
+    // twenty-seventh session; the likely cause of B4(b)'s 8-12 % gap between drawn and greedy
+    // steps). Off until measured; MVLLM_CUDA_DRAW_OUTLINED=1 turns it on.
+    bool draw_score_outlined = false;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).

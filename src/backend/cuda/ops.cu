@@ -257,10 +257,22 @@ __device__ __forceinline__ void draw_warp_best(double& best, int32_t& best_i) {
     }
 }
 
+// Token i's race score, x / T - log(-log u_i), or NaN where min_p drops it, in one function that is
+// not inlined: the double logarithms and the hash, inlined into each of the kDrawPer unrolled
+// steps, make a kernel whose warps waited on instruction fetch 60 % of the time (ncu, twenty-seventh
+// session). Used when DrawScratch::outlined_score (not yet measured).
+__device__ __noinline__ double draw_score(float x, int32_t i, const TokenDraw& d, float max, double inv_t) {
+    if (d.min_p > 0.0f && !(exp((static_cast<double>(x) - max) * inv_t) >= d.min_p))
+        return __longlong_as_double(0x7ff8000000000000LL);
+    return x * inv_t - log(-log(race_uniform(d.key, i)));
+}
+
 // Row blockIdx.y of x, elements [blockIdx.x * kDrawChunk, +kDrawChunk): the best (score, index)
 // into part_score / part_index [row][gridDim.x]. keys: the rows' maxima (argmax_partial_kernel),
 // read only for rows with min_p > 0, which keep the tokens with exp((x_t - max) / T) >= min_p as
-// race_row does. Grid (ceil(width / kDrawChunk), n_rows), kDrawThreads threads.
+// race_row does. Grid (ceil(width / kDrawChunk), n_rows), kDrawThreads threads. kOutlined: the
+// score by draw_score (the same arithmetic).
+template <bool kOutlined>
 __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float* x, int64_t width, const TokenDraw* draws,
                                                                    const unsigned long long* keys, const DrawCut* cuts,
                                                                    double* part_score, int32_t* part_index) {
@@ -301,9 +313,14 @@ __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float*
         if (drawn) {
             const uint32_t k = order_key(v[j]);
             if (!c.keeps(k, i)) continue;  // top_k / top_p's cut
-            if (d.min_p > 0.0f && !(exp((static_cast<double>(v[j]) - max) * inv_t) >= d.min_p)) continue;
-            const double u = race_uniform(d.key, static_cast<int32_t>(i));
-            s = s * inv_t - log(-log(u));
+            if constexpr (kOutlined) {
+                s = draw_score(v[j], static_cast<int32_t>(i), d, max, inv_t);
+                if (isnan(s)) continue;  // min_p drops it
+            } else {
+                if (d.min_p > 0.0f && !(exp((static_cast<double>(v[j]) - max) * inv_t) >= d.min_p)) continue;
+                const double u = race_uniform(d.key, static_cast<int32_t>(i));
+                s = s * inv_t - log(-log(u));
+            }
         }
         if (draw_beats(s, static_cast<int32_t>(i), best, best_i)) best = s, best_i = static_cast<int32_t>(i);
     }
@@ -567,9 +584,9 @@ void launch_penalties(const TensorView& x, const TokenPenalty* penalties, int64_
 
 int64_t draw_parts(int64_t width) { return ceil_div(width, kDrawChunk); }
 
-void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_max, bool any_cut, unsigned long long* keys,
-                 DrawCut* cuts, void* binned, int n_sms, double* part_score, int32_t* part_index, int32_t* out,
-                 int32_t* fed, cudaStream_t stream) {
+void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_max, bool any_cut, const DrawScratch& scratch,
+                 int32_t* out, int32_t* fed, cudaStream_t stream) {
+    unsigned long long* keys = scratch.keys;
     MVLLM_CHECK(x.type == DType::F32) << "draw input " << type_name(x.type);
     const int64_t n_rows = x.ne[1], parts = draw_parts(x.ne[0]);
     if (n_rows == 0) return;
@@ -580,12 +597,13 @@ void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_max, bool
                    kArgmaxThreads, 0, stream, xs, x.ne[0], keys);
         MVLLM_CUDA_LAUNCH_CHECK();
     }
-    if (any_cut) launch_draw_cut(xs, x.ne[0], n_rows, draws, keys, cuts, binned, n_sms, stream);
-    launch_pdl(draw_partial_kernel, grid, kDrawThreads, 0, stream, xs, x.ne[0], draws, keys, cuts, part_score,
-               part_index);
+    if (any_cut) launch_draw_cut(xs, x.ne[0], n_rows, draws, keys, scratch.cuts, scratch.binned, scratch.n_sms, stream);
+    launch_pdl(scratch.outlined_score ? draw_partial_kernel<true> : draw_partial_kernel<false>, grid, kDrawThreads, 0,
+               stream, xs, x.ne[0], draws, static_cast<const unsigned long long*>(keys),
+               static_cast<const DrawCut*>(scratch.cuts), scratch.part_score, scratch.part_index);
     MVLLM_CUDA_LAUNCH_CHECK();
-    launch_pdl(draw_finish_kernel, static_cast<unsigned>(ceil_div(n_rows, 4)), 128, 0, stream, part_score, part_index,
-               static_cast<int>(parts), keys, out, fed, n_rows);
+    launch_pdl(draw_finish_kernel, static_cast<unsigned>(ceil_div(n_rows, 4)), 128, 0, stream, scratch.part_score,
+               scratch.part_index, static_cast<int>(parts), keys, out, fed, n_rows);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

@@ -58,13 +58,20 @@ struct DrawCut {
 // out[r] = row r's token by draws[r] (core/draw.h's draw_row; draws in device memory): the argmax
 // when its temperature is 0, otherwise the race over the tokens top_k, top_p and min_p keep,
 // computed in log space (the same winner up to rounding ties). keys as launch_argmax (used when
-// any_max: a row has min_p, top_k or top_p; the rows' maxima); cuts: device scratch of one DrawCut
-// per row (used when any_cut: a row has top_k or top_p), binned and n_sms as launch_draw_cut's;
-// part_score / part_index: device scratch of draw_parts(width) per row. out and fed as launch_argmax.
+// any_max: a row has min_p, top_k or top_p; the rows' maxima); the cuts are used when any_cut (a
+// row has top_k or top_p). out and fed as launch_argmax.
+struct DrawScratch {
+    unsigned long long* keys = nullptr;  // [rows], as launch_argmax's
+    DrawCut* cuts = nullptr;             // [rows]
+    void* binned = nullptr;              // launch_draw_cut's binned scratch, or null
+    double* part_score = nullptr;        // [rows][draw_parts(width)]
+    int32_t* part_index = nullptr;
+    int n_sms = 0;
+    bool outlined_score = false;         // the race's score out of line (CudaBackendOptions::draw_score_outlined)
+};
 int64_t draw_parts(int64_t width);
-void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_max, bool any_cut, unsigned long long* keys,
-                 DrawCut* cuts, void* binned, int n_sms, double* part_score, int32_t* part_index, int32_t* out,
-                 int32_t* fed, cudaStream_t stream);
+void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_max, bool any_cut, const DrawScratch& scratch,
+                 int32_t* out, int32_t* fed, cudaStream_t stream);
 // cuts[r] for the rows whose draw truncates (top_k, top_p; draw_cut.cu), from x [n_rows][width] f32
 // and the rows' maxima in keys. binned (or null: one CTA per row reads the whole row): zeroed device
 // scratch of binned_cut_bytes(n_rows) for the binned first step, which narrows each row to the
