@@ -99,6 +99,7 @@ struct Engine::Impl {
     void drain_inbox();
     Status run_models(const SchedulerOutput& plan);
     Batch build_batch(const SchedulerOutput& plan) const;
+    void build_picks(const SchedulerOutput& plan, size_t n_logit_rows);
     void sample(SchedulerOutput* plan);
     void postprocess(const SchedulerOutput& plan);
     bool check_stop(Sequence* seq, int32_t token, int64_t n_output, std::string* text, FinishReason* reason);
@@ -174,27 +175,32 @@ Status Engine::Impl::run_models(const SchedulerOutput& plan) {
         counters.n_padding_rows += padding;
     }
     if (greedy_step) {
-        // One value of each drawing request's generator per token, as sample_token takes it; the
-        // penalties of row r from its sequence's counts, brought up to date.
-        picks.draws.clear();
-        picks.penalties.clear();
-        for (const ScheduledSequence& s : plan.scheduled) {
-            if (!s.sample) continue;
-            Sequence* seq = s.seq;
-            const SamplingParams& p = seq->params;
-            if (has_penalties(p)) {
-                seq->penalty_counts.update(seq->tokens, seq->n_prompt);
-                seq->penalty_counts.append_penalties(p, static_cast<int32_t>(picks.draws.size()), decoder.config().n_vocab,
-                                                     &picks.penalties);
-            }
-            picks.draws.push_back(is_greedy(p) ? TokenDraw{} : token_draw(p, seq->rng()));
-        }
-        const bool any_drawn = std::any_of(picks.draws.begin(), picks.draws.end(), [](const TokenDraw& d) { return d.temperature > 0; });
-        if (any_drawn) picks.draws.resize(batch.logit_rows.size());  // padding rows: argmax
-        else picks.draws.clear();
+        build_picks(plan, batch.logit_rows.size());
         return decoder.forward_greedy(batch, *cache, &argmax, wants_logprobs(plan) ? &argmax_logprob : nullptr, picks);
     }
     return decoder.forward(batch, *cache, &logits);
+}
+
+// The backend's picks for a greedy_step: one value of each drawing request's generator per token,
+// as sample_token takes it, and the penalties of row r from its sequence's counts, brought up to
+// date (rows past the sampled ones are padding: argmax).
+void Engine::Impl::build_picks(const SchedulerOutput& plan, size_t n_logit_rows) {
+    picks.draws.clear();
+    picks.penalties.clear();
+    for (const ScheduledSequence& s : plan.scheduled) {
+        if (!s.sample) continue;
+        Sequence* seq = s.seq;
+        const SamplingParams& p = seq->params;
+        if (has_penalties(p)) {
+            seq->penalty_counts.update(seq->tokens, seq->n_prompt);
+            seq->penalty_counts.append_penalties(p, static_cast<int32_t>(picks.draws.size()), decoder.config().n_vocab,
+                                                 &picks.penalties);
+        }
+        picks.draws.push_back(is_greedy(p) ? TokenDraw{} : token_draw(p, seq->rng()));
+    }
+    const bool any_drawn = std::any_of(picks.draws.begin(), picks.draws.end(), [](const TokenDraw& d) { return d.temperature > 0; });
+    if (any_drawn) picks.draws.resize(n_logit_rows);
+    else picks.draws.clear();
 }
 
 // Each sequence's new tokens, then its drafts; logits for the last token and every draft.
