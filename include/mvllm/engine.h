@@ -43,6 +43,10 @@ struct SamplingParams {
     std::vector<int32_t> stop_token_ids;
     bool ignore_eos = false;
     int32_t logprobs = -1;            // -1: none; n >= 0: the sampled token's logprob and n top ones
+    // -1: none; n >= 0: each prompt token's logprob given the tokens before it (from the second
+    // token on) and the n top ones at its position, over the raw logits (no bias or penalty).
+    // Such a request reuses no cached prefix (its positions' logits are needed).
+    int32_t prompt_logprobs = -1;
 };
 
 struct Request {
@@ -87,6 +91,7 @@ struct EngineEvent {
     std::vector<int32_t> token_ids;    // Token: new tokens
     std::string text;                  // Token: the new text (stop-string prefixes held back)
     std::vector<TokenLogprob> logprobs;
+    std::vector<TokenLogprob> prompt_logprobs;  // Token: with the first token, the prompt's tokens 1..
     FinishReason reason = FinishReason::Stop;  // Finish
     std::string error;                 // Finish with reason Error
     RequestStats stats;                // Finish

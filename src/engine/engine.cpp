@@ -144,13 +144,30 @@ bool Engine::Impl::step(Status* status) {
     return true;
 }
 
-// A step whose sampled rows have no drafts and at most the chosen token's logprob (logprobs 0)
-// lets the backend pick the tokens: the argmax of greedy rows, draw_row's token of sampled ones
-// (core/draw.h: top_k, top_p, min_p; then no logprobs in the step), after the penalties where the
-// backend applies them. Only the ids (and the greedy rows' log-softmax) leave the device.
+// The prompt positions of a scheduled chunk whose logits give prompt logprobs still missing
+// (SamplingParams::prompt_logprobs): [first, first + n), which ends where the chunk does or, in the
+// prompt's last chunk, at its last position (whose logits sample the first token). So the rows are
+// a suffix of the chunk, with the sampling row after them.
+struct PromptRows {
+    int64_t first = 0, n = 0;
+};
+static PromptRows prompt_rows(const ScheduledSequence& s) {
+    const Sequence& q = *s.seq;
+    if (!q.wants_prompt_rows()) return {};
+    const int64_t first = std::max<int64_t>(q.n_computed, static_cast<int64_t>(q.prompt_logprobs.size()));
+    const int64_t last = std::min<int64_t>(q.n_computed + s.n_tokens, q.n_prompt - 1);
+    return {first, std::max<int64_t>(0, last - first)};
+}
+
+// A step whose sampled rows have no drafts and at most the chosen token's logprob (logprobs 0),
+// and no prompt logprobs, lets the backend pick the tokens: the argmax of greedy rows, draw_row's
+// token of sampled ones (core/draw.h: top_k, top_p, min_p; then no logprobs in the step), after the
+// penalties where the backend applies them. Only the ids (and the greedy rows' log-softmax) leave
+// the device.
 static bool backend_picks_tokens(const SchedulerOutput& plan, bool backend_penalises) {
     bool drawn = false, logprobs = false;
     for (const ScheduledSequence& s : plan.scheduled) {
+        if (prompt_rows(s).n > 0) return false;
         if (!s.sample) continue;
         const SamplingParams& p = s.seq->params;
         if ((has_penalties(p) && !backend_penalises) || p.logprobs > 0 || !s.seq->draft.tokens.empty()) return false;
@@ -213,7 +230,8 @@ Batch Engine::Impl::build_batch(const SchedulerOutput& plan) const {
         const std::vector<int32_t>& drafts = s.seq->draft.tokens;
         tokens.insert(tokens.end(), drafts.begin(), drafts.end());
         const int seq = batch.add_sequence(tokens, static_cast<int32_t>(s.seq->n_computed), s.seq->blocks.blocks, false);
-        if (s.sample) batch.want_last_logits(seq, static_cast<int32_t>(drafts.size()) + 1);
+        const int64_t n_rows = prompt_rows(s).n + (s.sample ? static_cast<int64_t>(drafts.size()) + 1 : 0);
+        if (n_rows > 0) batch.want_last_logits(seq, static_cast<int32_t>(n_rows));
     }
     // A greedy decode step (one token per sequence, argmax on the backend) grows to the next
     // padded size with rows of token 0 at position 0 in the padding block; they come after the
@@ -229,12 +247,20 @@ Batch Engine::Impl::build_batch(const SchedulerOutput& plan) const {
     return batch;
 }
 
-// Sampling (no drafts) or verification: appends each sampling sequence's new tokens.
+// Sampling (no drafts) or verification: appends each sampling sequence's new tokens. Rows of
+// prompt positions come first (the logprob of the prompt token each predicts, over the raw logits).
 void Engine::Impl::sample(SchedulerOutput* plan) {
     const int64_t n_vocab = decoder.config().n_vocab;
     size_t row = 0;
     for (ScheduledSequence& s : plan->scheduled) {
         Sequence* seq = s.seq;
+        const PromptRows pr = prompt_rows(s);  // none in a greedy_step
+        for (int64_t j = 0; j < pr.n; ++j, ++row) {
+            const int64_t position = pr.first + j;
+            seq->prompt_logprobs.emplace_back();
+            token_logprob(logits.data() + row * n_vocab, n_vocab, seq->tokens[position + 1], seq->params.prompt_logprobs,
+                          &seq->prompt_logprobs.back());
+        }
         if (!s.sample) continue;  // a prefill chunk short of the prompt's end
         if (greedy_step) {
             seq->verified = Verification{{argmax[row]}, {}, 0};
@@ -263,6 +289,7 @@ void Engine::Impl::postprocess(const SchedulerOutput& plan) {
             EngineEvent event;
             event.kind = EngineEvent::Kind::Token;
             event.token_ids = {v.tokens[i]};
+            if (n_output_before + static_cast<int64_t>(i) == 0) event.prompt_logprobs = seq->prompt_logprobs;
             if (seq->params.logprobs >= 0) event.logprobs.push_back(v.logprobs[i]);
             FinishReason reason = FinishReason::Stop;
             const int64_t n_output = n_output_before + static_cast<int64_t>(i) + 1;

@@ -196,6 +196,7 @@ Status validate_sampling_params(const SamplingParams& p) {
         if (t < 0 || !std::isfinite(bias)) return make_error("logit_bias needs token ids >= 0 and finite biases, got ", t, ": ", bias);
     if (p.max_tokens == 0 || p.max_tokens < -1) return make_error("max_tokens must be >= 1, got ", p.max_tokens);
     if (p.logprobs > 20) return make_error("logprobs must be <= 20, got ", p.logprobs);
+    if (p.prompt_logprobs > 20) return make_error("prompt_logprobs must be <= 20, got ", p.prompt_logprobs);
     return Status::ok();
 }
 

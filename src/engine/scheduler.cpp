@@ -96,8 +96,9 @@ void Scheduler::admit_waiting(int64_t* budget, SchedulerOutput* out) {
     const int32_t block_size = blocks_.block_size();
     for (Sequence* seq : waiting_in_policy_order()) {
         if (*budget <= 0 || static_cast<int64_t>(running_.size()) >= config_.max_seqs) break;
-        // The last token is always computed: its logits give the next token.
-        const int64_t n_lookup = seq->n_tokens() - 1;
+        // The last token is always computed: its logits give the next token. A request that wants
+        // its prompt's logprobs computes every position whose logits it still needs.
+        const int64_t n_lookup = seq->wants_prompt_rows() ? 0 : seq->n_tokens() - 1;
         const PrefixMatch match = blocks_.match(seq->tokens.data(), n_lookup);
         if (match.pending) {
             blocks_.note_pending_wait();

@@ -41,6 +41,7 @@ struct Sequence {
 
     // sampling
     std::mt19937_64 rng;
+    std::vector<TokenLogprob> prompt_logprobs;  // [k]: prompt token k + 1's (params.prompt_logprobs)
     PenaltyCounts penalty_counts;  // kept up to date only while steps pass penalties to the backend
 
     // streaming
@@ -57,6 +58,10 @@ struct Sequence {
     int64_t n_output() const { return n_tokens() - n_prompt; }
     // Tokens to run before the next token can be sampled (1 for a decode).
     int64_t n_uncomputed() const { return n_tokens() - n_computed; }
+    // Whether prompt positions still need their logits for params.prompt_logprobs.
+    bool wants_prompt_rows() const {
+        return params.prompt_logprobs >= 0 && static_cast<int64_t>(prompt_logprobs.size()) + 1 < n_prompt;
+    }
 };
 
 }  // namespace mvllm

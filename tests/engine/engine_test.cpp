@@ -17,6 +17,7 @@
 #include "kv/block_manager.h"
 #include "model/decoder.h"
 #include "model/generate.h"
+#include "../model/golden_util.h"
 
 namespace mvllm {
 namespace {
@@ -65,6 +66,7 @@ SamplingParams greedy(int max_tokens) {
 struct Outcome {
     std::vector<int32_t> tokens;
     std::vector<TokenLogprob> logprobs;
+    std::vector<TokenLogprob> prompt_logprobs;
     std::string text;
     FinishReason reason = FinishReason::Error;
     RequestStats stats;
@@ -81,6 +83,7 @@ std::vector<Outcome> run_all(Engine& engine, const std::vector<Request>& request
             if (e.kind == EngineEvent::Kind::Token) {
                 o.tokens.insert(o.tokens.end(), e.token_ids.begin(), e.token_ids.end());
                 o.logprobs.insert(o.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+                o.prompt_logprobs.insert(o.prompt_logprobs.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
                 o.text += e.text;
             } else {
                 o.reason = e.reason;
@@ -320,6 +323,47 @@ TEST(Engine, PlainGreedyAndPenalisedRequestsShareSteps) {
     }
     auto alone = Engine::create(*tiny().decoder, small_options(256)).value();
     EXPECT_EQ(run_all(*alone, {penalised})[0].tokens, out[1].tokens);
+}
+
+// prompt_logprobs: the logprob of every prompt token from the second on, given the ones before it,
+// against transformers' logits of the fixture's prompt (log-softmax in double), with the top 3 at
+// each position led by transformers' argmax; computed over prefill chunks of 5 tokens, beside
+// other requests, and although an identical earlier request left the prompt in the prefix cache.
+TEST(Engine, PromptLogprobsMatchTransformers) {
+    const test::Reference ref = test::load_reference("tiny-llama");
+    EngineOptions o = small_options(64);
+    o.max_prefill_chunk = 5;
+    auto engine = Engine::create(*tiny().decoder, o).value();
+    Request plain;
+    plain.prompt_ids = ref.prompt;
+    plain.sampling = greedy(3);
+    run_all(*engine, {plain});  // the prompt's blocks now in the prefix cache
+    Request scored = plain;
+    scored.sampling.prompt_logprobs = 3;
+    Request other;
+    std::mt19937 rng(41);
+    other.prompt_ids = random_prompt(rng, 13);
+    other.sampling = greedy(6);
+    const std::vector<Outcome> out = run_all(*engine, {scored, other});
+    const Outcome& o1 = out[0];
+    EXPECT_EQ(o1.stats.n_prefix_tokens_reused, 0);
+    EXPECT_EQ(o1.tokens, std::vector<int32_t>(ref.greedy.begin(), ref.greedy.begin() + 3));
+    ASSERT_EQ(o1.prompt_logprobs.size(), ref.prompt.size() - 1);
+    for (size_t k = 0; k + 1 < ref.prompt.size(); ++k) {
+        const float* row = ref.logits.data() + k * ref.n_vocab;
+        double z = 0;
+        for (int64_t i = 0; i < ref.n_vocab; ++i) z += std::exp(static_cast<double>(row[i]));
+        const TokenLogprob& got = o1.prompt_logprobs[k];
+        EXPECT_EQ(got.token, ref.prompt[k + 1]) << "position " << k;
+        EXPECT_NEAR(got.logprob, row[ref.prompt[k + 1]] - std::log(z), 1e-4) << "position " << k;
+        ASSERT_EQ(got.top.size(), 3u);
+        EXPECT_EQ(got.top[0].first, ref.top1[k]) << "position " << k;
+        EXPECT_NEAR(got.top[0].second, row[ref.top1[k]] - std::log(z), 1e-4) << "position " << k;
+        EXPECT_GE(got.top[0].second, got.top[1].second);
+        EXPECT_GE(got.top[1].second, got.top[2].second);
+    }
+    EXPECT_TRUE(out[1].prompt_logprobs.empty());
+    EXPECT_EQ(out[1].tokens, greedy_alone(other.prompt_ids, 6));
 }
 
 // OpenAI's logit_bias: -100 bans a token (the greedy text never has it), +100 forces one (every
