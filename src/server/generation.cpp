@@ -4,6 +4,7 @@
 // at least every kConnectionCheck while none comes) whether the client is still there, and abort
 // the engine requests of one that went away: its KV blocks are freed at the engine's next step.
 #include <ctime>
+#include <limits>
 
 #include "server/server_impl.h"
 
@@ -52,7 +53,9 @@ void Server::Impl::handle_completions(const httplib::Request& req, httplib::Resp
     CompletionRequest r;
     if (auto e = parse_completion_request(req.body, &r)) return send_error(res, *e);
     std::vector<std::vector<int32_t>> prompts;
+    auto gen = std::make_shared<Generation>();
     for (PromptInput& p : r.prompts) {
+        if (r.params.echo) gen->echo_text.push_back(p.is_text ? p.text : tokenizer ? tokenizer->decode(p.ids) : "");
         if (!p.is_text) {
             prompts.push_back(std::move(p.ids));
             continue;
@@ -62,7 +65,8 @@ void Server::Impl::handle_completions(const httplib::Request& req, httplib::Resp
         prompts.push_back(tokenizer->encode(p.text, tokenizer->add_bos_default, false));
         if (prompts.back().empty()) return send_error(res, invalid_field("prompt", "the prompt encodes to no tokens"));
     }
-    auto gen = std::make_shared<Generation>();
+    if (r.params.echo)
+        for (const auto& ids : prompts) gen->echo_first.push_back(ids.front());
     gen->endpoint = Endpoint::Completions;
     gen->params = std::move(r.params);
     gen->meta.id = random_id("cmpl-");
@@ -95,8 +99,17 @@ ChoiceOutput apply_event(Generation& gen, const ChoiceEvent& ev) {
     if (e.kind == EngineEvent::Kind::Token) {
         delta.text = e.text;
         delta.logprobs = e.logprobs;
-        total.text += e.text;
-        total.logprobs.insert(total.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+        if (gen.params.echo && gen.n_output[c] == 0) {  // the prompt first: its text, and its logprobs
+            const size_t prompt = static_cast<size_t>(c / gen.params.n);
+            delta.text = gen.echo_text[prompt] + delta.text;
+            if (delta.has_logprobs) {
+                std::vector<TokenLogprob> prompt_lp{{gen.echo_first[prompt], std::numeric_limits<float>::quiet_NaN(), {}}};
+                prompt_lp.insert(prompt_lp.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
+                delta.logprobs.insert(delta.logprobs.begin(), prompt_lp.begin(), prompt_lp.end());
+            }
+        }
+        total.text += delta.text;
+        total.logprobs.insert(total.logprobs.end(), delta.logprobs.begin(), delta.logprobs.end());
         gen.n_output[c] += static_cast<int64_t>(e.token_ids.size());
     } else if (!gen.finished[c]) {
         gen.finished[c] = true;
@@ -175,6 +188,7 @@ void Server::Impl::run_generation(std::shared_ptr<Generation> gen, std::vector<s
         gen->outputs[c].index = c;
         gen->outputs[c].has_logprobs = p.sampling.logprobs >= 0;
     }
+
     int32_t choice = 0;
     for (const auto& ids : prompts) {
         for (int32_t j = 0; j < p.n; ++j, ++choice) {

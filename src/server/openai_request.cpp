@@ -275,8 +275,10 @@ std::optional<ApiError> parse_completion_request(const std::string& text, Comple
     int64_t logprobs = -1;
     if (auto e = read_int(body, "logprobs", 0, kMaxLogprobs, &logprobs)) return e;
     out->params.sampling.logprobs = static_cast<int32_t>(logprobs);
-    if (const json* echo = field(body, "echo"); echo && echo->is_boolean() && echo->get<bool>())
-        return invalid_field("echo", "'echo' is not supported");
+    // echo: the prompt comes back before the completion, with its tokens' logprobs when logprobs
+    // are asked for (the first token's null), as loglikelihood evaluations read them.
+    if (auto e = read_bool(body, "echo", &out->params.echo)) return e;
+    if (out->params.echo) out->params.sampling.prompt_logprobs = out->params.sampling.logprobs;
     return parse_prompt(body, &out->prompts);
 }
 

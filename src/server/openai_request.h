@@ -44,6 +44,7 @@ struct GenerationParams {
     int32_t n = 1;                 // choices per prompt
     bool stream = false;
     bool include_usage = false;    // stream_options.include_usage
+    bool echo = false;             // completions: the prompt precedes the output (text and logprobs)
     std::string user;
 };
 

@@ -56,10 +56,15 @@ json completion_logprobs_json(const std::vector<TokenLogprob>& logprobs, const T
     for (const TokenLogprob& t : logprobs) {
         const std::string text = token_text(t.token);
         tokens.push_back(text);
-        token_logprobs.push_back(logprob_value(t.logprob));
-        json alternatives = json::object();
-        for (const auto& [id, lp] : t.top) alternatives[token_text(id)] = logprob_value(lp);
-        top.push_back(std::move(alternatives));
+        if (std::isnan(t.logprob)) {  // an echoed prompt's first token: nothing predicts it
+            token_logprobs.push_back(nullptr);
+            top.push_back(nullptr);
+        } else {
+            token_logprobs.push_back(logprob_value(t.logprob));
+            json alternatives = json::object();
+            for (const auto& [id, lp] : t.top) alternatives[token_text(id)] = logprob_value(lp);
+            top.push_back(std::move(alternatives));
+        }
         offsets.push_back(offset);
         offset += text.size();
     }

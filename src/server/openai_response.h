@@ -52,7 +52,8 @@ json usage_json(const Usage& usage);
 // "abort" and "error" otherwise (not OpenAI values, seen only on aborted streams).
 const char* openai_finish_reason(FinishReason reason);
 
-// Legacy completions logprobs; text_offset counts bytes from text_start.
+// Legacy completions logprobs; text_offset counts bytes from text_start. An entry whose logprob is
+// NaN (an echoed prompt's first token) has null token_logprobs and top_logprobs.
 json completion_logprobs_json(const std::vector<TokenLogprob>& logprobs, const TokenText& token_text,
                               size_t text_start = 0);
 // Chat logprobs: {"content": [{token, logprob, bytes, top_logprobs}]}.

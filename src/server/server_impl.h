@@ -61,6 +61,8 @@ struct Generation {
     ClientConnection client;             // the request's socket: polled for a vanished client
     std::vector<RequestId> ids;          // [n_choices] engine request ids
     std::vector<int64_t> n_prompt;       // [n_choices]
+    std::vector<std::string> echo_text;  // [prompts] the prompt as sent, or decoded from ids (params.echo)
+    std::vector<int32_t> echo_first;     // [prompts] its first token (params.echo)
     std::vector<ChoiceOutput> outputs;   // [n_choices] accumulated (non-streaming) text / logprobs
     std::vector<size_t> text_bytes;      // [n_choices] text streamed so far (completions text_offset)
     std::vector<int64_t> n_output;       // [n_choices]

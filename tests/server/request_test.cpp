@@ -67,12 +67,21 @@ TEST(ServerRequest, SamplingFieldsAndDefaults) {
     EXPECT_TRUE(s.ignore_eos);
     EXPECT_TRUE(r.params.stream);
     EXPECT_TRUE(r.params.include_usage);
+    // echo with logprobs asks the engine for the prompt's logprobs too; echo alone only for its text.
+    auto echo = completion(R"({"prompt": "x", "echo": true, "logprobs": 2})");
+    EXPECT_TRUE(echo.params.echo);
+    EXPECT_EQ(echo.params.sampling.prompt_logprobs, 2);
+    auto echo_text = completion(R"({"prompt": "x", "echo": true})");
+    EXPECT_TRUE(echo_text.params.echo);
+    EXPECT_EQ(echo_text.params.sampling.prompt_logprobs, -1);
     auto d = completion(R"({"prompt": "x", "stop": "s"})");
     EXPECT_EQ(d.params.sampling.max_tokens, kDefaultCompletionMaxTokens);
     EXPECT_EQ(d.params.sampling.temperature, 1.0f);
     EXPECT_EQ(d.params.sampling.stop, (std::vector<std::string>{"s"}));
     EXPECT_EQ(d.params.sampling.logprobs, -1);
     EXPECT_EQ(d.params.sampling.seed, -1);
+    EXPECT_FALSE(d.params.echo);
+    EXPECT_EQ(d.params.sampling.prompt_logprobs, -1);
 }
 
 TEST(ServerRequest, WrongTypesAndRangesNameTheField) {
@@ -84,6 +93,7 @@ TEST(ServerRequest, WrongTypesAndRangesNameTheField) {
     EXPECT_EQ(completion_error_param(R"({"prompt": "x", "min_p": 1.5})"), "min_p");
     EXPECT_EQ(completion_error_param(R"({"prompt": "x", "presence_penalty": 9})"), "presence_penalty");
     EXPECT_EQ(completion_error_param(R"({"prompt": "x", "n": 0})"), "n");
+    EXPECT_EQ(completion_error_param(R"({"prompt": "x", "echo": "yes"})"), "echo");
     EXPECT_EQ(completion_error_param(R"({"prompt": "x", "logit_bias": [1]})"), "logit_bias");
     EXPECT_EQ(completion_error_param(R"({"prompt": "x", "logit_bias": {"a1": 1}})"), "logit_bias");
     EXPECT_EQ(completion_error_param(R"({"prompt": "x", "logit_bias": {"-3": 1}})"), "logit_bias");

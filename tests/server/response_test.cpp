@@ -2,6 +2,8 @@
 // the Prometheus text of the metrics.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "server/metrics.h"
 #include "server/openai_response.h"
 
@@ -33,6 +35,14 @@ TEST(ServerResponse, CompletionWithLogprobs) {
     EXPECT_EQ(r["choices"][0]["logprobs"]["text_offset"], json({0, 2}));
     EXPECT_DOUBLE_EQ(r["choices"][0]["logprobs"]["top_logprobs"][0]["t3"].get<double>(), -1.0);
     EXPECT_EQ(r["usage"]["total_tokens"], 5);
+    // An echoed prompt's first token (NaN logprob): null logprob and null alternatives.
+    c.logprobs.insert(c.logprobs.begin(), TokenLogprob{7, std::numeric_limits<float>::quiet_NaN(), {}});
+    const json echo = completion_response(meta, {c}, Usage{3, 2}, text_of)["choices"][0]["logprobs"];
+    EXPECT_EQ(echo["tokens"], json({"t7", "t1", "t2"}));
+    EXPECT_TRUE(echo["token_logprobs"][0].is_null());
+    EXPECT_TRUE(echo["top_logprobs"][0].is_null());
+    EXPECT_DOUBLE_EQ(echo["token_logprobs"][1].get<double>(), -0.5);
+    EXPECT_EQ(echo["text_offset"], json({0, 2, 4}));
 }
 
 TEST(ServerResponse, ChatAndChunks) {

@@ -128,6 +128,43 @@ TEST(ServerHttp, ModelsHealthAndGreedyCompletion) {
     EXPECT_EQ(ids_from_logprobs(json::parse(fres->body)["choices"][0]["logprobs"]["tokens"]),
               std::vector<int32_t>(5, 77));
 
+    // echo with logprobs (a loglikelihood evaluation's request): the prompt's tokens first, the
+    // first one's logprob null, the others the engine's prompt logprobs; then the completion. The
+    // same in one streamed chunk.
+    json scored = {{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0}, {"logprobs", 1}, {"echo", true}};
+    auto eres = c.Post("/v1/completions", scored.dump(), "application/json");
+    ASSERT_EQ(eres->status, 200) << eres->body;
+    const json elp = json::parse(eres->body)["choices"][0]["logprobs"];
+    std::vector<int32_t> echoed = prompt;
+    echoed.push_back(expected[0]);
+    EXPECT_EQ(ids_from_logprobs(elp["tokens"]), echoed);
+    EXPECT_TRUE(elp["token_logprobs"][0].is_null());
+    EXPECT_TRUE(elp["top_logprobs"][0].is_null());
+    Request direct;
+    direct.prompt_ids = prompt;
+    direct.sampling = SamplingParams{};
+    direct.sampling.temperature = 0;
+    direct.sampling.max_tokens = 1;
+    direct.sampling.prompt_logprobs = 1;
+    std::vector<TokenLogprob> want;
+    std::atomic<bool> direct_done{false};
+    ASSERT_TRUE(f.engine->submit(direct, [&](const EngineEvent& e) {
+        if (e.kind == EngineEvent::Kind::Token) want.insert(want.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
+        else direct_done = true;
+    }).is_ok());
+    while (!direct_done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_EQ(want.size(), prompt.size() - 1);
+    for (size_t k = 1; k < prompt.size(); ++k) {
+        EXPECT_FLOAT_EQ(elp["token_logprobs"][k].get<float>(), want[k - 1].logprob) << "prompt token " << k;
+        EXPECT_EQ(elp["top_logprobs"][k].size(), 1u);
+    }
+    scored["stream"] = true;
+    const std::string echo_sse = c.Post("/v1/completions", scored.dump(), "application/json")->body;
+    const size_t first = echo_sse.find("data: ");
+    ASSERT_NE(first, std::string::npos);
+    const json chunk = json::parse(echo_sse.substr(first + 6, echo_sse.find("\n\n", first) - first - 6));
+    EXPECT_EQ(ids_from_logprobs(chunk["choices"][0]["logprobs"]["tokens"]), echoed);
+
     // n = 2 with a seed: two choices.
     json n2 = {{"prompt", prompt}, {"max_tokens", 4}, {"n", 2}, {"seed", 7}};
     auto nres = c.Post("/v1/completions", n2.dump(), "application/json");
