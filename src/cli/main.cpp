@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     mvllm::cli::register_bench_serve_command(app);
     mvllm::cli::register_kernel_commands(app);
     mvllm::cli::register_spec_commands(app);
+    mvllm::cli::register_perplexity_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

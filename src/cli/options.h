@@ -93,6 +93,7 @@ void register_tokenize_commands(CLI::App& app);  // tokenize, bench tokenize (af
 void register_serve_commands(CLI::App& app);     // serve
 void register_bench_serve_command(CLI::App& app);  // bench serve
 void register_spec_commands(CLI::App& app);      // bench spec (after model commands)
+void register_perplexity_command(CLI::App& app);  // perplexity
 
 void register_bench_attention_command(CLI::App& app);  // bench attention (CUDA builds run it)
 void register_kernel_commands(CLI::App& app);  // bench kernels (CUDA builds run it)

@@ -64,6 +64,17 @@ expect_error "malformed ids" "not a token id" "$MVLLM" generate -m "$QWEN" --pro
 mkdir -p "$TMP/broken-hf" && cp "$QWEN/model.safetensors" "$TMP/broken-hf/" && sed 's/"num_hidden_layers": 2/"num_hidden_layers": 3/' "$QWEN/config.json" >"$TMP/broken-hf/config.json"
 expect_error "HF checkpoint missing a tensor" "missing tensor model.layers.2" "$MVLLM" generate -m "$TMP/broken-hf" --prompt-ids "1" -n 1
 
+# perplexity (llama.cpp's method) of the default model on the held-out Austen sample (728 tokens):
+# one window of 728 scores its second half (363 tokens); the decoder's perplexity over every token
+# of the sample is 43.33 (tests/model/default_model_test.cpp), a unigram model's 544.8
+HELDOUT="$FIX/../data/heldout.txt"
+"$MVLLM" perplexity -f "$HELDOUT" --ctx 728 -t 2 --json-out "$TMP/ppl.json" >"$TMP/ppl.txt" 2>/dev/null
+check "perplexity of the held-out sample: 1 window, 363 scored, 10 < PPL < 80" \
+  'python3 -c "import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r[\"windows\"]==1 and r[\"scored\"]==363 and 10<r[\"ppl\"]<80 else 1)" "$TMP/ppl.json"'
+check "perplexity prints PPL = X +/- Y" 'grep -q "PPL = [0-9.]* +/- [0-9.]*" "$TMP/ppl.txt"'
+expect_error "perplexity of a text shorter than a window" "at least one window of 4096" \
+  "$MVLLM" perplexity -f "$HELDOUT" --ctx 4096
+
 # text generation with the shipped default model (no -m)
 a=$("$MVLLM" generate --prompt "It is a truth universally acknowledged" -n 24 --seed 7 -t 2 2>/dev/null)
 b=$("$MVLLM" generate --prompt "It is a truth universally acknowledged" -n 24 --seed 7 -t 2 2>/dev/null)

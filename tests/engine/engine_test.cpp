@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "kv/block_manager.h"
 #include "model/decoder.h"
+#include "engine/perplexity.h"
 #include "model/generate.h"
 #include "../model/golden_util.h"
 
@@ -364,6 +365,54 @@ TEST(Engine, PromptLogprobsMatchTransformers) {
     }
     EXPECT_TRUE(out[1].prompt_logprobs.empty());
     EXPECT_EQ(out[1].tokens, greedy_alone(other.prompt_ids, 6));
+}
+
+// The log-softmax of row[token] in double.
+double log_softmax(const float* row, int64_t n, int32_t token) {
+    double z = 0;
+    for (int64_t i = 0; i < n; ++i) z += std::exp(static_cast<double>(row[i]));
+    return row[token] - std::log(z);
+}
+
+// perplexity (engine/perplexity.h): one window of the fixture's 24 prompt tokens scores tokens
+// 13..23 against transformers' logits; windows of 8 (with a BOS in each window's first slot) score
+// positions 4..6 of each against the decoder run on that window alone (SequenceRunner, a fresh
+// cache), all windows submitted at once.
+TEST(Engine, PerplexityMatchesTransformersAndWindowsRunAlone) {
+    const test::Reference ref = test::load_reference("tiny-llama");
+    auto engine = Engine::create(*tiny().decoder, small_options(64)).value();
+    PerplexityOptions po;
+    po.ctx = 24;
+    auto one = perplexity(*engine, ref.prompt, po);
+    ASSERT_TRUE(one.is_ok()) << one.status().message();
+    std::vector<double> want;
+    for (int64_t k = 12; k < 23; ++k) want.push_back(-log_softmax(ref.logits.data() + k * ref.n_vocab, ref.n_vocab, ref.prompt[k + 1]));
+    const PerplexityResult w1 = summarise_nll(want, 1);
+    EXPECT_EQ(one->n_windows, 1);
+    EXPECT_EQ(one->n_scored, 11);
+    EXPECT_NEAR(one->mean_nll, w1.mean_nll, 1e-5);
+    EXPECT_NEAR(one->ppl, w1.ppl, 1e-4 * w1.ppl);
+    EXPECT_GT(one->ppl_error, 0.0);
+
+    po.ctx = 8;
+    po.bos = 1;
+    auto three = perplexity(*engine, ref.prompt, po);
+    ASSERT_TRUE(three.is_ok()) << three.status().message();
+    want.clear();
+    for (int w = 0; w < 3; ++w) {
+        test::Reference window = ref;
+        window.prompt.assign(ref.prompt.begin() + 8 * w, ref.prompt.begin() + 8 * (w + 1));
+        window.prompt[0] = 1;
+        const test::Output alone = test::run_model(*tiny().model, window, test::RunConfig{}, 0);
+        for (int64_t k = 4; k < 7; ++k)
+            want.push_back(-log_softmax(alone.logits.data() + k * ref.n_vocab, ref.n_vocab, window.prompt[k + 1]));
+    }
+    const PerplexityResult w3 = summarise_nll(want, 3);
+    EXPECT_EQ(three->n_windows, 3);
+    EXPECT_EQ(three->n_scored, 9);
+    EXPECT_NEAR(three->mean_nll, w3.mean_nll, 1e-5);
+    po.ctx = 25;
+    EXPECT_FALSE(perplexity(*engine, ref.prompt, po).is_ok());  // no whole window
 }
 
 // OpenAI's logit_bias: -100 bans a token (the greedy text never has it), +100 forces one (every
