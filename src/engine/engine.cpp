@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/thread_pool.h"
 #include "engine/kv_pool_sizing.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -67,6 +68,7 @@ struct Engine::Impl {
     std::vector<int32_t> argmax;  // [n_sampled]: the step's tokens when the backend picked them
     std::vector<float> argmax_logprob;  // [n_sampled]: their log-softmax, when a request asked for it
     TokenPicks picks;  // the backend's penalties and draws of a greedy_step (draws empty: all argmax)
+    std::unique_ptr<ThreadPool> row_pool;  // the prompt rows' logprobs (sample), made on first use
     bool greedy_step = false;     // the backend picked the tokens (argmax or draw on the device)
     // Decode padding (EngineOptions::decode_padding): the KV block the padding rows write, one
     // past the pool's blocks (-1: no padding), and the batch sizes a decode step is padded to.
@@ -248,19 +250,25 @@ Batch Engine::Impl::build_batch(const SchedulerOutput& plan) const {
 }
 
 // Sampling (no drafts) or verification: appends each sampling sequence's new tokens. Rows of
-// prompt positions come first (the logprob of the prompt token each predicts, over the raw logits).
+// prompt positions come first: the logprob of the prompt token each predicts, over the raw logits,
+// computed at the end on every hardware thread (a vocabulary-wide log-sum-exp per row).
 void Engine::Impl::sample(SchedulerOutput* plan) {
     const int64_t n_vocab = decoder.config().n_vocab;
+    struct PromptScore {
+        const float* row;
+        int32_t token, n_top;
+        TokenLogprob* out;  // in its sequence's prompt_logprobs, sized before the scores are taken
+    };
+    std::vector<PromptScore> scores;
     size_t row = 0;
     for (ScheduledSequence& s : plan->scheduled) {
         Sequence* seq = s.seq;
         const PromptRows pr = prompt_rows(s);  // none in a greedy_step
-        for (int64_t j = 0; j < pr.n; ++j, ++row) {
-            const int64_t position = pr.first + j;
-            seq->prompt_logprobs.emplace_back();
-            token_logprob(logits.data() + row * n_vocab, n_vocab, seq->tokens[position + 1], seq->params.prompt_logprobs,
-                          &seq->prompt_logprobs.back());
-        }
+        const size_t base = seq->prompt_logprobs.size();
+        seq->prompt_logprobs.resize(base + static_cast<size_t>(pr.n));
+        for (int64_t j = 0; j < pr.n; ++j, ++row)
+            scores.push_back({logits.data() + row * n_vocab, seq->tokens[pr.first + j + 1], seq->params.prompt_logprobs,
+                              &seq->prompt_logprobs[base + static_cast<size_t>(j)]});
         if (!s.sample) continue;  // a prefill chunk short of the prompt's end
         if (greedy_step) {
             seq->verified = Verification{{argmax[row]}, {}, 0};
@@ -274,6 +282,15 @@ void Engine::Impl::sample(SchedulerOutput* plan) {
         s.n_accepted = seq->verified.n_accepted;
         seq->tokens.insert(seq->tokens.end(), seq->verified.tokens.begin(), seq->verified.tokens.end());
     }
+    const auto score = [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            const PromptScore& p = scores[static_cast<size_t>(i)];
+            token_logprob(p.row, n_vocab, p.token, p.n_top, p.out);
+        }
+    };
+    if (scores.size() < 8) return score(0, static_cast<int64_t>(scores.size()));
+    if (!row_pool) row_pool = std::make_unique<ThreadPool>(ThreadPool::hardware_threads());
+    row_pool->parallel_for(static_cast<int64_t>(scores.size()), score);
 }
 
 // Streams each new token with its stop checks; a stop drops the tokens after it.
