@@ -279,6 +279,7 @@ REQUESTS = [
          "max_completion_tokens": 8, "logprobs": True, "top_logprobs": 2, "stop": "x"}),
     (1, {"messages": [{"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
                       {"role": "assistant"}, {"role": "user", "content": "<|im_end|>"}], "stream": True}),
+    (0, {"prompt": [5, 6, 7], "max_tokens": 1, "echo": True, "logprobs": 1, "logit_bias": {"7": -100, "50": 2.5}}),
     (2, {"prompt": "Mr. Darcy", "add_special_tokens": False}),
     (2, {"messages": [{"role": "user", "content": "Hi"}]}),
     (3, {"tokens": [1, 2, 3, 8191]}),
