@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kCutThreads) draw_cut_kernel(const float* x, i
     const float max = order_key_value(static_cast<uint32_t>(keys[blockIdx.x] >> 32));
     DrawCut cut{0u, INT_MAX};  // every token (NaN aside: the draw never keeps one)
     if (isfinite(max)) {       // otherwise the draw is the argmax, as on the host
-        const float inv_t = __frcp_rn(d.temperature);  // as binned_row's: the same weights in every kernel
+        const float inv_t = 1.0f / d.temperature;  // as binned_row's (one instruction: the same in every kernel)
         const auto row = [&](auto f) { for_each_value(r, width, f); };
         BinnedRow* b = binned ? binned + blockIdx.x : nullptr;
         const int chosen = b ? b->chosen : -1;
@@ -286,7 +286,7 @@ __device__ __forceinline__ bool binned_row(const TokenDraw& d, int64_t width, co
                                            float* max, float* inv_t) {
     if (!(d.temperature > 0.0f) || !((d.top_k > 0 && d.top_k < width) || d.top_p < 1.0f)) return false;
     *max = order_key_value(static_cast<uint32_t>(keys[row] >> 32));
-    *inv_t = __frcp_rn(d.temperature);  // rounded, not fast math's approximation: the same in every kernel
+    *inv_t = 1.0f / d.temperature;  // as draw_cut_kernel's: the same weights and bins in every kernel
     return isfinite(*max);
 }
 
