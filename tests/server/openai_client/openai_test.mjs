@@ -195,6 +195,32 @@ check('completions logprobs: tokens spell the text; greedy token is the top one;
   }
 });
 
+check('echo with logprobs (a loglikelihood request): the prompt first, its first token null; logit_bias', async () => {
+  const prompt = 'It is a truth universally acknowledged';
+  const ids = (await tokenize({ prompt })).tokens;
+  const r = await client.completions.create({ model: MODEL, prompt, max_tokens: 1, temperature: 0, logprobs: 1, echo: true });
+  const c = r.choices[0];
+  assert(c.text.startsWith(prompt), `echoed text: ${c.text}`);
+  const lp = c.logprobs;
+  assert_equal(lp.tokens.length, ids.length + 1, 'prompt tokens + the completion');
+  assert_equal(lp.token_logprobs[0], null, 'the first prompt token has no logprob');
+  assert_equal(lp.top_logprobs[0], null, 'nor alternatives');
+  for (let i = 1; i <= ids.length; i++) {
+    assert(lp.token_logprobs[i] <= 0, `token_logprobs[${i}] = ${lp.token_logprobs[i]}`);
+    const top = Object.values(lp.top_logprobs[i]);
+    assert(top.length === 1 && top[0] >= lp.token_logprobs[i] - 1e-6, `top_logprobs[${i}] does not lead`);
+  }
+  // The completion's token is the greedy one of a plain request; logit_bias -100 bans it.
+  const plain = await client.completions.create({ model: MODEL, prompt, max_tokens: 1, temperature: 0, logprobs: 0 });
+  assert_equal(c.text.slice(prompt.length), plain.choices[0].text, 'the completion after the echo');
+  const first = (await tokenize({ prompt: prompt + plain.choices[0].text })).tokens.slice(ids.length);
+  if (first.length === 1) {
+    const banned = await client.completions.create(
+      { model: MODEL, prompt, max_tokens: 1, temperature: 0, logit_bias: { [first[0]]: -100 } });
+    assert(banned.choices[0].text !== plain.choices[0].text, 'logit_bias -100 did not ban the greedy token');
+  }
+});
+
 check('chat logprobs + top_logprobs, non-streaming and streaming', async () => {
   const body = { model: MODEL, messages: user('Who is Emma?'), max_tokens: 10, temperature: 0, logprobs: true, top_logprobs: 2 };
   const r = await client.chat.completions.create(body);
