@@ -7,6 +7,8 @@
 #          EngineWarmUp.DevicePenaltiesEqualHostSampling, TruncatedDrawEqualsTheHost both ways)
 #   gen05 / gen7   `generate`, 512-token prompt, 256 tokens, decode tok/s (batch 1), 0.5B / 7B q4_0
 #   b4b    B4(b) on the 0.5B (256 requests, inputs and outputs 100..1024), output tok/s
+#   ppl    `perplexity --ids` on the 0.5B, 16 windows of 512, prompt rows scored on the host and
+#          on the device (MVLLM_CUDA_ROW_SCORES)
 #   ncu    the cut's kernels, binned, in one 0.5B top_p step of 128 rows
 # Usage (repo root, scripts/device_deps.sh's files carried):
 #   OUT=dir STAGES="build test gen05 b4b" bash bench/sampling_device_run.sh
@@ -80,6 +82,15 @@ if has b4b; then
     b4b k40_cut$c "--temperature 0.6 --top-k 40" MVLLM_CUDA_BINNED_CUT=$c
   done
   for d in 0 1; do b4b rep_pen$d "--temperature 0.6 --repeat-penalty 1.1" MVLLM_CUDA_PENALTIES=$d; done
+  stamp
+fi
+if has ppl; then
+  python3 -c "import random; random.seed(1); print(' '.join(str(random.randrange(151000)) for _ in range(8192)))" > "$R/ids.txt"
+  for s in 0 1; do
+    MVLLM_CUDA_ROW_SCORES=$s timeout 120 $B perplexity -m "$(model qwen2.5-0.5b)" --device cuda --ids -f "$R/ids.txt" \
+      --ctx 512 --parallel 16 --json-out "$R/ppl_scores$s.json" > "$R/ppl_scores$s.log" 2>&1
+    echo "perplexity, device scores $s: $(tail -n1 "$R/ppl_scores$s.log")"
+  done
   stamp
 fi
 if has ncu; then

@@ -159,10 +159,11 @@ public:
     // exp x[r][i] (here in double, as the engine's sampler computes it for other requests).
     // picks (core/draw.h) first penalise listed logits (in x itself where a backend applies them
     // in place: x is scratch), then a row whose picks.draws[r].temperature > 0 is draw_row's token
-    // instead (top_k, top_p, min_p, the race); such rows have no logprob. The default copies x to
-    // the host and computes there.
+    // instead (top_k, top_p, min_p, the race); such rows have no logprob. A row with a target
+    // (picks.targets[r] >= 0) also gives target_logprob[r], that token's log-softmax. The default
+    // copies x to the host and computes there.
     virtual void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr,
-                             const TokenPicks& picks = {}) {
+                             const TokenPicks& picks = {}, float* target_logprob = nullptr) {
         std::vector<float> host(static_cast<size_t>(x.n_elements()));
         to_host(x, host.data());
         const int64_t width = x.ne[0];
@@ -179,7 +180,10 @@ public:
             const float max = row[dst[r]];
             double sum = 0;
             for (int64_t i = 0; i < width; ++i) sum += std::exp(double(row[i]) - max);
-            logprob[r] = static_cast<float>(max - (max + std::log(sum)));
+            const double log_z = max + std::log(sum);
+            logprob[r] = static_cast<float>(max - log_z);
+            if (target_logprob && !picks.targets.empty() && picks.targets[r] >= 0)
+                target_logprob[r] = static_cast<float>(row[picks.targets[r]] - log_z);
         }
     }
 
@@ -194,21 +198,32 @@ public:
         r.ticket = last_argmax_ticket();
         r.tokens.resize(static_cast<size_t>(x.ne[1]));
         r.logprobs.resize(logprob ? r.tokens.size() : 0);
-        if (!r.tokens.empty()) argmax_rows(x, r.tokens.data(), logprob ? r.logprobs.data() : nullptr, picks);
+        r.target_logprobs.assign(picks.targets.empty() ? 0 : r.tokens.size(), 0.0f);
+        if (!r.tokens.empty())
+            argmax_rows(x, r.tokens.data(), logprob ? r.logprobs.data() : nullptr, picks,
+                        r.target_logprobs.empty() ? nullptr : r.target_logprobs.data());
         return r.ticket;
     }
-    virtual void argmax_result(uint64_t ticket, int32_t* dst, float* logprob) {
+    // target_logprob (or null): the rows' target logprobs, when the ticket's picks had targets.
+    virtual void argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob = nullptr) {
         const HostGreedy& r = host_greedy_[ticket % 2];
         MVLLM_CHECK(r.ticket == ticket) << "greedy result " << ticket << " is no longer kept";
         MVLLM_CHECK(!logprob || r.logprobs.size() == r.tokens.size()) << "greedy result " << ticket << " has no logprobs";
+        MVLLM_CHECK(!target_logprob || r.target_logprobs.size() == r.tokens.size())
+            << "greedy result " << ticket << " has no target logprobs";
         std::copy(r.tokens.begin(), r.tokens.end(), dst);
         if (logprob) std::copy(r.logprobs.begin(), r.logprobs.end(), logprob);
+        if (target_logprob) std::copy(r.target_logprobs.begin(), r.target_logprobs.end(), target_logprob);
     }
     // The ticket of the last argmax_enqueue on this backend (0: none yet).
     uint64_t last_argmax_ticket() const { return argmax_tickets_; }
     // True when argmax_rows applies penalties where the logits are, so that an engine should pass
     // them rather than copy the logits to its own sampler (the default's host copy is that copy).
     virtual bool applies_penalties() const { return true; }
+    // True when an engine should score prompt positions (SamplingParams::prompt_logprobs up to 1)
+    // through argmax_rows' targets rather than copy their logits to its own threads: where the
+    // logits stay on a device. The default (a host copy, one thread) says no.
+    virtual bool scores_targets() const { return false; }
     // True when the embedding reads a batch's fed_token(r) ids (kv/batch.h) on the device, from
     // the last enqueued argmax, so the host need not wait for it; otherwise the decoder waits and
     // substitutes them before the pass.
@@ -222,6 +237,7 @@ private:
         uint64_t ticket = 0;
         std::vector<int32_t> tokens;
         std::vector<float> logprobs;
+        std::vector<float> target_logprobs;
     };
     HostGreedy host_greedy_[2];
     uint64_t argmax_tickets_ = 0;

@@ -19,6 +19,7 @@ namespace {
 struct PerplexityArgs {
     RunOptions run;
     std::string file;
+    bool ids = false;  // the file holds token ids (a model without a tokenizer, e.g. make-model's)
     int64_t ctx = 512;
     int parallel = 4;
     int64_t max_windows = 0;
@@ -32,8 +33,15 @@ int cmd_perplexity(const PerplexityArgs& a) {
     auto rt = make_runtime(a.run, 1);  // the engine sizes its own KV pool
     if (!rt) return fail(rt.status());
     const Tokenizer* tok = rt->model->tokenizer.get();
-    if (!tok) return fail(make_error("perplexity needs the model's tokenizer: ", rt->model->tokenizer_error));
-    const std::vector<int32_t> tokens = tok->encode(text, /*add_bos=*/false, /*parse_special=*/false);
+    std::vector<int32_t> tokens;
+    if (a.ids) {
+        auto ids = parse_ids(text);
+        if (!ids) return fail(ids.status());
+        tokens = std::move(*ids);
+    } else {
+        if (!tok) return fail(make_error("perplexity of a text needs the model's tokenizer (or --ids): ", rt->model->tokenizer_error));
+        tokens = tok->encode(text, /*add_bos=*/false, /*parse_special=*/false);
+    }
     if (a.ctx > rt->model->config.n_ctx_train)
         std::fprintf(stderr, "warning: --ctx %lld is beyond the %lld tokens the model was trained on\n",
                      static_cast<long long>(a.ctx), static_cast<long long>(rt->model->config.n_ctx_train));
@@ -54,7 +62,7 @@ int cmd_perplexity(const PerplexityArgs& a) {
 
     PerplexityOptions po;
     po.ctx = a.ctx;
-    po.bos = tok->add_bos_default ? tok->bos_id : -1;
+    po.bos = tok && tok->add_bos_default ? tok->bos_id : -1;
     po.max_windows = a.max_windows;
     const auto t0 = std::chrono::steady_clock::now();
     auto r = perplexity(**engine, tokens, po, [](int64_t done, int64_t total) {
@@ -64,7 +72,7 @@ int cmd_perplexity(const PerplexityArgs& a) {
     if (!r) return fail(r.status());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double tok_s = static_cast<double>(r->n_windows * a.ctx) / seconds;
-    std::printf("%lld window(s) of %lld tokens (%zu in the file), %lld scored: PPL = %.4f +/- %.4f (%.1f tok/s)\n",
+    std::printf("%lld window(s) of %lld tokens (%zu in the file), %lld scored: PPL = %.6g +/- %.6g (%.1f tok/s)\n",
                 static_cast<long long>(r->n_windows), static_cast<long long>(a.ctx), tokens.size(),
                 static_cast<long long>(r->n_scored), r->ppl, r->ppl_error, tok_s);
     if (!a.json_out.empty()) {
@@ -84,7 +92,8 @@ void register_perplexity_command(CLI::App& app) {
     static PerplexityArgs args;
     CLI::App* p = app.add_subcommand("perplexity", "Perplexity over a text file (llama.cpp's method)");
     add_run_options(p, &args.run);
-    p->add_option("-f,--file", args.file, "the text")->required();
+    p->add_option("-f,--file", args.file, "the text (with --ids: token ids, separated by spaces or commas)")->required();
+    p->add_flag("--ids", args.ids, "the file holds token ids, not text");
     p->add_option("--ctx", args.ctx, "tokens per window; each window's second half is scored")->check(CLI::Range(4, 1 << 20));
     p->add_option("--parallel", args.parallel, "windows run at once")->check(CLI::Range(1, 1024));
     p->add_option("--max-windows", args.max_windows, "score at most this many windows (0: all)")->check(CLI::NonNegativeNumber);

@@ -22,6 +22,18 @@ std::string picks_error(const TokenPicks& picks, int64_t n_rows, int64_t width, 
             if (d.temperature > 0.0f && logprobs) return "a drawn token has no greedy logprob";
         }
     }
+    if (!picks.targets.empty()) {
+        if (static_cast<int64_t>(picks.targets.size()) != n_rows) {
+            why << picks.targets.size() << " target tokens for " << n_rows << " logit rows";
+            return why.str();
+        }
+        if (!logprobs) return "target tokens need the rows' logprobs";
+        for (const int32_t t : picks.targets)
+            if (t < -1 || t >= width) {
+                why << "target token " << t << " is outside the " << width << " logits";
+                return why.str();
+            }
+    }
     for (size_t i = 0; i < picks.penalties.size(); ++i) {
         const TokenPenalty& p = picks.penalties[i];
         if (p.row < 0 || p.row >= n_rows || p.token < 0 || p.token >= width) {

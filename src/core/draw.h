@@ -45,14 +45,18 @@ MVLLM_HOST_DEVICE inline float penalised(float l, float bias, float repetition, 
 // penalties change their rows' logits, then each row gives its argmax, or the token draws[r]
 // draws (draw_row) when its temperature is above 0.
 struct TokenPicks {
-    std::vector<TokenDraw> draws;         // empty (every row greedy) or one per row
-    std::vector<TokenPenalty> penalties;  // (row, token) strictly increasing: each logit once
-    bool empty() const { return draws.empty() && penalties.empty(); }
+    std::vector<TokenDraw> draws = {};         // empty (every row greedy) or one per row
+    std::vector<TokenPenalty> penalties = {};  // (row, token) strictly increasing: each logit once
+    // Empty, or one per row: a token whose log-softmax the row also returns (-1: none), beside its
+    // argmax's (a prompt position scoring the next prompt token). Greedy rows with logprobs only.
+    std::vector<int32_t> targets = {};
+    bool empty() const { return draws.empty() && penalties.empty() && targets.empty(); }
 };
 
 // Why picks cannot serve n_rows rows of width logits (with greedy logprobs when logprobs is
-// set), or an empty string: draws of the wrong count or out of range, a drawn row with a logprob,
-// penalties out of order, out of range, or with a repetition that is not positive.
+// set), or an empty string: draws or targets of the wrong count or out of range, a drawn row with a
+// logprob, targets without logprobs, penalties out of order, out of range, or with a repetition
+// that is not positive.
 std::string picks_error(const TokenPicks& picks, int64_t n_rows, int64_t width, bool logprobs);
 
 // Applies penalties to x [n_rows][width] (rows and tokens in range).

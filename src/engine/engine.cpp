@@ -67,6 +67,7 @@ struct Engine::Impl {
     std::vector<float> logits;                                       // [n_sampled][n_vocab] f32
     std::vector<int32_t> argmax;  // [n_sampled]: the step's tokens when the backend picked them
     std::vector<float> argmax_logprob;  // [n_sampled]: their log-softmax, when a request asked for it
+    std::vector<float> target_logprob;  // [logit rows]: prompt rows' scores, when the backend took them
     TokenPicks picks;  // the backend's penalties and draws of a greedy_step (draws empty: all argmax)
     std::unique_ptr<ThreadPool> row_pool;  // the prompt rows' logprobs (sample), made on first use
     bool greedy_step = false;     // the backend picked the tokens (argmax or draw on the device)
@@ -161,18 +162,22 @@ static PromptRows prompt_rows(const ScheduledSequence& s) {
     return {first, std::max<int64_t>(0, last - first)};
 }
 
-// A step whose sampled rows have no drafts and at most the chosen token's logprob (logprobs 0),
-// and no prompt logprobs, lets the backend pick the tokens: the argmax of greedy rows, draw_row's
-// token of sampled ones (core/draw.h: top_k, top_p, min_p; then no logprobs in the step), after the
-// penalties where the backend applies them. Only the ids (and the greedy rows' log-softmax) leave
-// the device.
-static bool backend_picks_tokens(const SchedulerOutput& plan, bool backend_penalises) {
+// A step whose sampled rows have no drafts and at most the chosen token's logprob (logprobs 0)
+// lets the backend pick the tokens: the argmax of greedy rows, draw_row's token of sampled ones
+// (core/draw.h: top_k, top_p, min_p; then no logprobs in the step), after the penalties where the
+// backend applies them. Prompt rows join where the backend scores targets (prompt_logprobs up to
+// 1: the target's log-softmax and the argmax's). Only the ids and log-softmaxes leave the device.
+static bool backend_picks_tokens(const SchedulerOutput& plan, const Backend& backend) {
     bool drawn = false, logprobs = false;
     for (const ScheduledSequence& s : plan.scheduled) {
-        if (prompt_rows(s).n > 0) return false;
+        if (prompt_rows(s).n > 0) {
+            if (!backend.scores_targets() || s.seq->params.prompt_logprobs > 1) return false;
+            logprobs = true;
+        }
         if (!s.sample) continue;
         const SamplingParams& p = s.seq->params;
-        if ((has_penalties(p) && !backend_penalises) || p.logprobs > 0 || !s.seq->draft.tokens.empty()) return false;
+        if ((has_penalties(p) && !backend.applies_penalties()) || p.logprobs > 0 || !s.seq->draft.tokens.empty())
+            return false;
         drawn |= !is_greedy(p);
         logprobs |= p.logprobs >= 0;
     }
@@ -181,13 +186,13 @@ static bool backend_picks_tokens(const SchedulerOutput& plan, bool backend_penal
 
 static bool wants_logprobs(const SchedulerOutput& plan) {
     for (const ScheduledSequence& s : plan.scheduled)
-        if (s.sample && s.seq->params.logprobs >= 0) return true;
+        if ((s.sample && s.seq->params.logprobs >= 0) || prompt_rows(s).n > 0) return true;
     return false;
 }
 
 Status Engine::Impl::run_models(const SchedulerOutput& plan) {
     if (speculator) MVLLM_TRY(speculator->propose(plan));
-    greedy_step = !options.host_sampling && backend_picks_tokens(plan, decoder.backend().applies_penalties());
+    greedy_step = !options.host_sampling && backend_picks_tokens(plan, decoder.backend());
     const Batch batch = build_batch(plan);
     if (const int64_t padding = batch.n_tokens() - plan.n_tokens; padding > 0 && pad_block >= 0) {
         std::lock_guard<std::mutex> lock(counters_mu);
@@ -195,20 +200,29 @@ Status Engine::Impl::run_models(const SchedulerOutput& plan) {
     }
     if (greedy_step) {
         build_picks(plan, batch.logit_rows.size());
-        return decoder.forward_greedy(batch, *cache, &argmax, wants_logprobs(plan) ? &argmax_logprob : nullptr, picks);
+        return decoder.forward_greedy(batch, *cache, &argmax, wants_logprobs(plan) ? &argmax_logprob : nullptr, picks,
+                                      picks.targets.empty() ? nullptr : &target_logprob);
     }
     return decoder.forward(batch, *cache, &logits);
 }
 
-// The backend's picks for a greedy_step: one value of each drawing request's generator per token,
-// as sample_token takes it, and the penalties of row r from its sequence's counts, brought up to
-// date (rows past the sampled ones are padding: argmax).
+// The backend's picks for a greedy_step, row by row: a prompt row's target (the prompt token it
+// predicts); one value of each drawing request's generator per token, as sample_token takes it;
+// and the penalties of a sampling row from its sequence's counts, brought up to date (rows past
+// the sampled ones are padding: argmax).
 void Engine::Impl::build_picks(const SchedulerOutput& plan, size_t n_logit_rows) {
     picks.draws.clear();
     picks.penalties.clear();
+    picks.targets.clear();
     for (const ScheduledSequence& s : plan.scheduled) {
-        if (!s.sample) continue;
         Sequence* seq = s.seq;
+        const PromptRows pr = prompt_rows(s);
+        for (int64_t j = 0; j < pr.n; ++j) {
+            picks.targets.resize(picks.draws.size(), -1);
+            picks.targets.push_back(seq->tokens[pr.first + j + 1]);
+            picks.draws.push_back(TokenDraw{});
+        }
+        if (!s.sample) continue;
         const SamplingParams& p = seq->params;
         if (has_penalties(p)) {
             seq->penalty_counts.update(seq->tokens, seq->n_prompt);
@@ -220,6 +234,7 @@ void Engine::Impl::build_picks(const SchedulerOutput& plan, size_t n_logit_rows)
     const bool any_drawn = std::any_of(picks.draws.begin(), picks.draws.end(), [](const TokenDraw& d) { return d.temperature > 0; });
     if (any_drawn) picks.draws.resize(n_logit_rows);
     else picks.draws.clear();
+    if (!picks.targets.empty()) picks.targets.resize(n_logit_rows, -1);
 }
 
 // Each sequence's new tokens, then its drafts; logits for the last token and every draft.
@@ -263,12 +278,19 @@ void Engine::Impl::sample(SchedulerOutput* plan) {
     size_t row = 0;
     for (ScheduledSequence& s : plan->scheduled) {
         Sequence* seq = s.seq;
-        const PromptRows pr = prompt_rows(s);  // none in a greedy_step
+        const PromptRows pr = prompt_rows(s);
         const size_t base = seq->prompt_logprobs.size();
         seq->prompt_logprobs.resize(base + static_cast<size_t>(pr.n));
-        for (int64_t j = 0; j < pr.n; ++j, ++row)
-            scores.push_back({logits.data() + row * n_vocab, seq->tokens[pr.first + j + 1], seq->params.prompt_logprobs,
-                              &seq->prompt_logprobs[base + static_cast<size_t>(j)]});
+        for (int64_t j = 0; j < pr.n; ++j, ++row) {
+            const int32_t token = seq->tokens[pr.first + j + 1];
+            TokenLogprob& out = seq->prompt_logprobs[base + static_cast<size_t>(j)];
+            if (!greedy_step) {
+                scores.push_back({logits.data() + row * n_vocab, token, seq->params.prompt_logprobs, &out});
+                continue;
+            }
+            out = TokenLogprob{token, target_logprob[row], {}};  // scored by the backend (prompt_logprobs <= 1)
+            if (seq->params.prompt_logprobs == 1) out.top = {{argmax[row], argmax_logprob[row]}};
+        }
         if (!s.sample) continue;  // a prefill chunk short of the prompt's end
         if (greedy_step) {
             seq->verified = Verification{{argmax[row]}, {}, 0};

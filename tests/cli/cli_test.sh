@@ -74,6 +74,26 @@ check "perplexity of the held-out sample: 1 window, 363 scored, 10 < PPL < 80" \
 check "perplexity prints PPL = X +/- Y" 'grep -q "PPL = [0-9.]* +/- [0-9.]*" "$TMP/ppl.txt"'
 expect_error "perplexity of a text shorter than a window" "at least one window of 4096" \
   "$MVLLM" perplexity -f "$HELDOUT" --ctx 4096
+# perplexity --ids of the llama fixture's 24 prompt tokens in one window: the same PPL as
+# transformers' logits give for tokens 13..23
+json "$LLAMA/reference.json" prompt_ids >"$TMP/ids.txt"
+"$MVLLM" perplexity -m "$LLAMA" --ids -f "$TMP/ids.txt" --ctx 24 -t 2 --json-out "$TMP/ppl_ids.json" >/dev/null 2>&1
+cat >"$TMP/ppl_ref.py" <<'PY'
+import json, math, struct, sys
+d, out = sys.argv[1], json.load(open(sys.argv[2]))
+ref = json.load(open(d + "/reference.json"))
+n, v = ref["logits_shape"]
+raw = open(d + "/" + ref["logits_file"], "rb").read()
+ids = ref["prompt_ids"]
+nll = []
+for k in range(12, 23):
+    row = struct.unpack_from("<%df" % v, raw, 4 * k * v)
+    m = max(row)
+    nll.append(-(row[ids[k + 1]] - m - math.log(sum(math.exp(x - m) for x in row))))
+want = math.exp(sum(nll) / len(nll))
+sys.exit(0 if out["scored"] == 11 and abs(out["ppl"] - want) < 1e-3 * want else 1)
+PY
+check "perplexity --ids (one window of 24) == transformers' logits" 'python3 "$TMP/ppl_ref.py" "$LLAMA" "$TMP/ppl_ids.json"'
 
 # text generation with the shipped default model (no -m)
 a=$("$MVLLM" generate --prompt "It is a truth universally acknowledged" -n 24 --seed 7 -t 2 2>/dev/null)

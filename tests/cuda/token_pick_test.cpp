@@ -235,5 +235,42 @@ TEST(CudaOps, PenalisedPicksEqualTheHost) {
     }
 }
 
+// Targets (a prompt position's next token) scored on the device (cuda::launch_target_logprob) equal
+// the host's log-softmax of each row's target in double, beside the argmax and its logprob; rows
+// without a target (-1) keep theirs; penalties are applied first.
+TEST(CudaOps, TargetLogprobsEqualTheHost) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda();
+    ASSERT_TRUE(be);
+    for (const int64_t width : {int64_t{97}, int64_t{151936}}) {
+        const int64_t n_rows = 5;
+        std::vector<float> x = random_floats(width * n_rows, 61);
+        for (float& v : x) v *= 5.0f;
+        TokenPicks picks;
+        picks.targets = {3, -1, static_cast<int32_t>(width - 1), 0, static_cast<int32_t>(width / 2)};
+        picks.penalties = {{4, static_cast<int32_t>(width / 2), 1.5f, 1.3f, 0.0f}};  // row 4's target, biased
+        std::vector<float> host = x;
+        penalise_rows(host.data(), width, picks.penalties);
+        TensorView t = begin_with_input(*be, x, width, n_rows);
+        std::vector<int32_t> got(n_rows);
+        std::vector<float> lp(n_rows), target(n_rows, 7.0f);
+        be->argmax_rows(t, got.data(), lp.data(), picks, target.data());
+        for (int64_t r = 0; r < n_rows; ++r) {
+            const float* row = host.data() + r * width;
+            EXPECT_EQ(got[r], row_argmax(row, width)) << "width " << width << " row " << r;
+            double sum = 0;
+            for (int64_t i = 0; i < width; ++i) sum += std::exp(double(row[i]) - row[got[r]]);
+            const double log_z = row[got[r]] + std::log(sum);
+            EXPECT_NEAR(lp[r], row[got[r]] - log_z, 1e-5 * std::max(1.0, std::fabs(log_z))) << "row " << r;
+            const int32_t tt = picks.targets[static_cast<size_t>(r)];
+            if (tt < 0) {
+                EXPECT_EQ(target[r], 7.0f) << "row " << r << " has no target";
+                continue;
+            }
+            EXPECT_NEAR(target[r], row[tt] - log_z, 1e-5 * std::max(1.0, std::fabs(log_z))) << "row " << r;
+        }
+    }
+}
+
 }  // namespace
 }  // namespace mvllm::test

@@ -367,6 +367,53 @@ TEST(Engine, PromptLogprobsMatchTransformers) {
     EXPECT_EQ(out[1].tokens, greedy_alone(other.prompt_ids, 6));
 }
 
+// Prompt logprobs (up to 1 alternative) scored by the backend (argmax_rows' targets, the GPU's
+// way; CpuBackendOptions::scores_targets) equal those the engine scores on its own threads from
+// the copied logits: the same tokens, logprobs and top token, in chunks of 5 beside a sampled
+// request; prompt_logprobs 3 keeps the host path.
+TEST(Engine, PromptLogprobsScoredByTheBackendEqualTheHosts) {
+    CpuBackendOptions bo;
+    bo.n_threads = 1;
+    bo.scores_targets = true;
+    CpuBackend scoring(bo);
+    auto decoder = Decoder::create(*tiny().model, scoring);
+    ASSERT_TRUE(decoder.is_ok()) << decoder.status().message();
+    const test::Reference ref = test::load_reference("tiny-llama");
+    for (const int32_t n_top : {0, 1, 3}) {
+        SCOPED_TRACE("prompt_logprobs " + std::to_string(n_top));
+        EngineOptions o = small_options(64);
+        o.max_prefill_chunk = 5;
+        std::vector<Request> requests(2);
+        requests[0].prompt_ids = ref.prompt;
+        requests[0].sampling = greedy(4);
+        requests[0].sampling.prompt_logprobs = n_top;
+        std::mt19937 rng(43);
+        requests[1].prompt_ids = random_prompt(rng, 11);
+        requests[1].sampling.temperature = 0.8f;
+        requests[1].sampling.seed = 5;
+        requests[1].sampling.max_tokens = 6;
+        requests[1].sampling.ignore_eos = true;
+        auto on_host = Engine::create(*tiny().decoder, o).value();
+        auto on_backend = Engine::create(**decoder, o).value();
+        const std::vector<Outcome> a = run_all(*on_host, requests), b = run_all(*on_backend, requests);
+        EXPECT_EQ(a[0].tokens, b[0].tokens);
+        EXPECT_EQ(a[1].tokens, b[1].tokens);
+        ASSERT_EQ(a[0].prompt_logprobs.size(), ref.prompt.size() - 1);
+        ASSERT_EQ(b[0].prompt_logprobs.size(), ref.prompt.size() - 1);
+        for (size_t k = 0; k < a[0].prompt_logprobs.size(); ++k) {
+            const TokenLogprob &x = a[0].prompt_logprobs[k], &y = b[0].prompt_logprobs[k];
+            EXPECT_EQ(x.token, y.token) << "position " << k;
+            EXPECT_NEAR(x.logprob, y.logprob, 1e-5) << "position " << k;
+            ASSERT_EQ(x.top.size(), y.top.size()) << "position " << k;
+            ASSERT_EQ(x.top.size(), static_cast<size_t>(n_top));
+            for (size_t j = 0; j < x.top.size(); ++j) {
+                EXPECT_EQ(x.top[j].first, y.top[j].first) << "position " << k;
+                EXPECT_NEAR(x.top[j].second, y.top[j].second, 1e-5) << "position " << k;
+            }
+        }
+    }
+}
+
 // The log-softmax of row[token] in double.
 double log_softmax(const float* row, int64_t n, int32_t token) {
     double z = 0;

@@ -18,12 +18,17 @@ struct CpuBackendOptions {
     // Every row's result independent of the rest of the batch (--batch-invariant): fixed-order
     // matmul kernels for every batch size, fixed attention split points.
     bool batch_invariant = false;
+    // An engine scores prompt positions through argmax_rows' targets here (the way a GPU backend
+    // does) instead of on its own threads: one thread, a double log-sum-exp per row, so only for
+    // tests of that path and comparisons.
+    bool scores_targets = false;
 };
 
 class CpuBackend final : public Backend {
 public:
     explicit CpuBackend(const CpuBackendOptions& options);
     std::string name() const override;
+    bool scores_targets() const override { return options_.scores_targets; }
 
     Result<TensorView> upload_weight(const TensorView& host) override { return host; }
     Result<DeviceMemory> memory_info() const override;

@@ -76,6 +76,9 @@ CudaBackend::Impl::~Impl() {
     if (draws_dev) cudaFree(draws_dev);
     if (penalties_host) cudaFreeHost(penalties_host);
     if (penalties_dev) cudaFree(penalties_dev);
+    if (targets_host) cudaFreeHost(targets_host);
+    if (targets_dev) cudaFree(targets_dev);
+    if (target_out) cudaFreeHost(target_out);
     if (draw_cuts) cudaFree(draw_cuts);
     if (draw_binned) cudaFree(draw_binned);
     if (draw_score) cudaFree(draw_score);
@@ -183,6 +186,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     if (const int v = cuda::env_int("MVLLM_CUDA_BINNED_CUT", -1); v == 0 || v == 1) impl->options.binned_cut = v;
     if (const int v = cuda::env_int("MVLLM_CUDA_DRAW_OUTLINED", -1); v == 0 || v == 1)
         impl->options.draw_score_outlined = v;
+    if (const int v = cuda::env_int("MVLLM_CUDA_ROW_SCORES", -1); v == 0 || v == 1) impl->options.scores_targets = v;
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
     cudaDeviceProp prop{};
     MVLLM_CUDA_OK(cudaGetDeviceProperties(&prop, options.device));
@@ -627,6 +631,27 @@ void CudaBackend::Impl::ensure_penalties(size_t n) {
     penalty_capacity = cap;
 }
 
+void CudaBackend::Impl::ensure_targets(size_t rows) {
+    if (rows <= target_capacity) return;
+    const size_t cap = std::max<size_t>(rows, 512), old = target_capacity;
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no copy or kernel uses the old buffers any more
+    int32_t* host = nullptr;
+    float* out = nullptr;
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * cap * sizeof(int32_t), cudaHostAllocDefault));
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&out), 2 * cap * sizeof(float), cudaHostAllocMapped));
+    if (old > 0) {  // both slots' results may still be read
+        for (size_t s = 0; s < 2; ++s) std::memcpy(out + s * cap, target_out + s * old, old * sizeof(float));
+        cudaFreeHost(targets_host);
+        cudaFree(targets_dev);
+        cudaFreeHost(target_out);
+    }
+    targets_host = host;
+    target_out = out;
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&targets_dev), 2 * cap * sizeof(int32_t)));
+    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&target_out_dev), out, 0));
+    target_capacity = cap;
+}
+
 uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const TokenPicks& picks) {
     Impl& im = *impl_;
     const size_t rows = static_cast<size_t>(x.ne[1]);
@@ -640,7 +665,10 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
         any_cut |= truncates(draws[r], x.ne[0]);
     }
     MVLLM_CHECK(!(drawn && logprob)) << "a drawn token has no greedy logprob";
+    const bool targets = !picks.targets.empty();
+    MVLLM_CHECK(!targets || (logprob && picks.targets.size() == rows)) << "targets need logprobs, one per row";
     im.ensure_argmax(rows);
+    if (targets) im.ensure_targets(rows);
     if (drawn) im.ensure_draws(rows, cuda::draw_parts(x.ne[0]));
     const size_t n_penalties = picks.penalties.size();
     if (n_penalties > 0) im.ensure_penalties(n_penalties);
@@ -657,6 +685,7 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
     slot.ticket = ticket;
     slot.rows = rows;
     slot.logprob = logprob;
+    slot.targets = targets;
     if (rows > 0 && drawn) {
         // Slot s's staging was last copied for ticket - 2, whose results the caller has read. One
         // copy per step: with the draws in mapped host memory every CTA (37 per row) read them
@@ -671,20 +700,31 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
     } else if (rows > 0) {
         cuda::launch_argmax(x, im.argmax_keys, im.argmax_out_dev + s * im.argmax_capacity, im.argmax_fed, im.stream);
         if (logprob) cuda::launch_max_logprob(x, im.argmax_logprob_dev + s * im.argmax_capacity, im.stream);
+        if (targets) {  // slot s's staging, as the penalties'
+            int32_t* host = im.targets_host + s * im.target_capacity;
+            int32_t* dev = im.targets_dev + s * im.target_capacity;
+            std::memcpy(host, picks.targets.data(), rows * sizeof(int32_t));
+            MVLLM_CUDA_OK(cudaMemcpyAsync(dev, host, rows * sizeof(int32_t), cudaMemcpyHostToDevice, im.stream));
+            cuda::launch_target_logprob(x, dev, im.argmax_out_dev + s * im.argmax_capacity,
+                                        im.argmax_logprob_dev + s * im.argmax_capacity,
+                                        im.target_out_dev + s * im.target_capacity, im.stream);
+        }
     }
     MVLLM_CUDA_OK(cudaEventRecord(slot.done, im.stream));
     return ticket;
 }
 
-void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob) {
+void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob) {
     Impl& im = *impl_;
     const size_t s = ticket % 2;
     const Impl::ArgmaxSlot& slot = im.argmax_slots[s];
     MVLLM_CHECK(ticket != 0 && slot.ticket == ticket) << "greedy result " << ticket << " is no longer kept";
     MVLLM_CHECK(!logprob || slot.logprob) << "greedy result " << ticket << " has no logprobs";
+    MVLLM_CHECK(!target_logprob || slot.targets) << "greedy result " << ticket << " has no target logprobs";
     MVLLM_CUDA_OK(cudaEventSynchronize(slot.done));  // the kernels' writes to mapped memory are visible now
     std::memcpy(dst, im.argmax_out + s * im.argmax_capacity, slot.rows * sizeof(int32_t));
     if (logprob) std::memcpy(logprob, im.argmax_logprob + s * im.argmax_capacity, slot.rows * sizeof(float));
+    if (target_logprob) std::memcpy(target_logprob, im.target_out + s * im.target_capacity, slot.rows * sizeof(float));
     // A step's result read before the next step is queued: the host's turn between two steps.
     Impl::GraphTiming& t = im.graph_timing;
     if (t.enabled && ticket == last_argmax_ticket() && t.launched != std::chrono::steady_clock::time_point{}) {
@@ -695,9 +735,12 @@ void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob) {
     }
 }
 
-void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob, const TokenPicks& picks) {
-    argmax_result(argmax_enqueue(x, logprob != nullptr, picks), dst, logprob);
+void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob, const TokenPicks& picks,
+                              float* target_logprob) {
+    argmax_result(argmax_enqueue(x, logprob != nullptr, picks), dst, logprob, target_logprob);
 }
+
+bool CudaBackend::scores_targets() const { return impl_->options.scores_targets; }
 
 std::pair<uint64_t, uint64_t> CudaBackend::binned_cut_rows() {
     Impl& im = *impl_;

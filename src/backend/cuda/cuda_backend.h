@@ -58,6 +58,11 @@ struct CudaBackendOptions {
     // twenty-seventh session; the likely cause of B4(b)'s 8-12 % gap between drawn and greedy
     // steps). Off until measured; MVLLM_CUDA_DRAW_OUTLINED=1 turns it on.
     bool draw_score_outlined = false;
+    // The engine scores prompt positions (prompt_logprobs up to 1) through argmax_rows' targets on
+    // the device (cuda::launch_target_logprob) instead of copying their logits to the host. Off
+    // until a device run has checked it (CudaOps.TargetLogprobsEqualTheHost);
+    // MVLLM_CUDA_ROW_SCORES=1 turns it on. argmax_rows scores targets it is given either way.
+    bool scores_targets = false;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).
@@ -130,13 +135,14 @@ public:
     // (e.g. the logits), copied to dst[x.ne[1]] (argmax_enqueue, then argmax_result); the picks'
     // penalties change x in place first (cuda::launch_penalties), and rows with a TokenDraw of
     // temperature > 0 are drawn on the device (cuda::launch_draw).
-    void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr,
-                     const TokenPicks& picks = {}) override;
+    void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr, const TokenPicks& picks = {},
+                     float* target_logprob = nullptr) override;
     // The argmax (or draw) kernels queued on the stream; their results land in one of two mapped
     // host slots (ticket % 2) and, for fed tokens, in a device buffer the embedding reads.
     uint64_t argmax_enqueue(const TensorView& x, bool logprob, const TokenPicks& picks = {}) override;
-    void argmax_result(uint64_t ticket, int32_t* dst, float* logprob) override;
+    void argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob = nullptr) override;
     bool applies_penalties() const override;
+    bool scores_targets() const override;
     bool embeds_fed_tokens() const override;
     // Raw byte copies between a device tensor and host memory (tests, tools). Synchronous.
     void download(const TensorView& x, void* dst);

@@ -118,6 +118,7 @@ struct CudaBackend::Impl {
         uint64_t ticket = 0;
         size_t rows = 0;
         bool logprob = false;
+        bool targets = false;
         cudaEvent_t done = nullptr;  // recorded after the slot's kernels
     };
     ArgmaxSlot argmax_slots[2];
@@ -143,6 +144,15 @@ struct CudaBackend::Impl {
     size_t penalty_capacity = 0;
     // Grows the penalty buffers to at least n entries a slot.
     void ensure_penalties(size_t n);
+    // A step's targets (TokenPicks::targets) staged and copied per slot, and their log-softmax in
+    // mapped host memory per slot, as the argmax's results.
+    int32_t* targets_host = nullptr;   // [2][target_capacity], host (pinned)
+    int32_t* targets_dev = nullptr;    // [2][target_capacity], device
+    float* target_out = nullptr;       // [2][target_capacity], host (mapped)
+    float* target_out_dev = nullptr;   // its device address
+    size_t target_capacity = 0;
+    // Grows the target buffers to at least `rows` a slot (keeping both slots' results).
+    void ensure_targets(size_t rows);
 
     cuda::MatmulScratch matmul_scratch;
     std::unique_ptr<cuda::GemmTuner> gemm_tuner;  // matmul_scratch.tuner

@@ -607,6 +607,25 @@ void launch_draw(const TensorView& x, const TokenDraw* draws, bool any_max, bool
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
+__global__ void target_logprob_kernel(const float* x, int64_t width, const int32_t* targets, const int32_t* argmax,
+                                      const float* max_logprob, float* out, int64_t n_rows) {
+    pdl_begin();
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (r >= n_rows || targets[r] < 0) return;
+    const float* row = x + r * width;
+    out[r] = __fsub_rn(row[targets[r]], __fsub_rn(row[argmax[r]], max_logprob[r]));
+}
+
+void launch_target_logprob(const TensorView& x, const int32_t* targets, const int32_t* argmax,
+                           const float* max_logprob, float* out, cudaStream_t stream) {
+    MVLLM_CHECK(x.type == DType::F32) << "target_logprob input " << type_name(x.type);
+    const int64_t n_rows = x.ne[1];
+    if (n_rows == 0) return;
+    launch_pdl(target_logprob_kernel, static_cast<unsigned>(ceil_div(n_rows, 128)), 128, 0, stream,
+               static_cast<const float*>(x.data), x.ne[0], targets, argmax, max_logprob, out, n_rows);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
 void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream) {
     MVLLM_CHECK(x.type == DType::F32) << "max_logprob input " << type_name(x.type);
     if (x.ne[1] == 0) return;

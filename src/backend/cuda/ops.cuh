@@ -87,6 +87,11 @@ void launch_draw_cut(const float* x, int64_t width, int64_t n_rows, const TokenD
 // out[r] = the log-softmax of row r's maximum, -log sum_i exp(x[r][i] - max_r) (F32 x). One CTA
 // per row, one pass (running maximum and rescaled sum per thread, merged at the end).
 void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream);
+// out[r] = x[r][targets[r]]'s log-softmax for the rows with a target (>= 0), from the row's argmax
+// (argmax[r]) and its log-softmax (max_logprob[r]): x[r][t] - (x[r][argmax] - max_logprob[r]). One
+// thread per row; argmax, max_logprob and out may be mapped host memory.
+void launch_target_logprob(const TensorView& x, const int32_t* targets, const int32_t* argmax,
+                           const float* max_logprob, float* out, cudaStream_t stream);
 // From qkv [n_tokens][q_dim | kv_dim | kv_dim] f32 plus bias (f32 [q_dim + 2 kv_dim], or none):
 // q = RoPE(q part) (q: [n_tokens][q_dim] f32); RoPE(k part) and the v part written to the tokens'
 // cache slots. inv_freq [head_dim / 2] f32.
