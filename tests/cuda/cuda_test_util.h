@@ -21,15 +21,20 @@ namespace mvllm::test {
         if (!::mvllm::cuda_device_available()) GTEST_SKIP() << "no CUDA device"; \
     } while (0)
 
+// A CUDA backend with options o (null, with a failed expectation, when it cannot be made).
+inline std::unique_ptr<CudaBackend> make_cuda(const CudaBackendOptions& o) {
+    auto b = CudaBackend::create(o);
+    EXPECT_TRUE(b.is_ok()) << b.status().message();
+    return b.is_ok() ? std::move(b).value() : nullptr;
+}
+
 inline std::unique_ptr<CudaBackend> make_cuda(CudaAttentionVariant variant = CudaAttentionVariant::Fused,
                                               CudaBackendOptions::QkvRopeEpilogue qkv_rope_epilogue =
                                                   CudaBackendOptions::QkvRopeEpilogue::Auto) {
     CudaBackendOptions o;
     o.attention = variant;
     o.qkv_rope_epilogue = qkv_rope_epilogue;
-    auto b = CudaBackend::create(o);
-    EXPECT_TRUE(b.is_ok()) << b.status().message();
-    return b.is_ok() ? std::move(b).value() : nullptr;
+    return make_cuda(o);
 }
 
 inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {

@@ -64,9 +64,8 @@ TEST(CudaOps, DrawEqualsTheHostRace) {
         SCOPED_TRACE(outlined ? "outlined score" : "inlined score");
         CudaBackendOptions o;
         o.draw_score_outlined = outlined;
-        auto created = CudaBackend::create(o);
-        ASSERT_TRUE(created.is_ok()) << created.status().message();
-        std::unique_ptr<CudaBackend> be = std::move(created).value();
+        auto be = make_cuda(o);
+        ASSERT_TRUE(be);
         for (const int64_t width : {int64_t{97}, int64_t{4097}, int64_t{151936}}) {
             const int64_t n_rows = 6;
             std::vector<float> x = random_floats(width * n_rows, 41);
@@ -114,9 +113,8 @@ TEST(CudaOps, TruncatedDrawEqualsTheHost) {
         SCOPED_TRACE(binned ? "binned" : "whole row");
         CudaBackendOptions o;
         o.binned_cut = binned;
-        auto created = CudaBackend::create(o);
-        ASSERT_TRUE(created.is_ok()) << created.status().message();
-        std::unique_ptr<CudaBackend> be = std::move(created).value();
+        auto be = make_cuda(o);
+        ASSERT_TRUE(be);
         for (const int64_t width : {int64_t{97}, int64_t{4097}, int64_t{151936}}) {
             const int64_t n_rows = 9;
             std::vector<float> x = random_floats(width * n_rows, 43);

@@ -30,10 +30,8 @@ EngineRun run_engine(const Model& model, bool warmup, float temperature = 0.0f, 
     EngineRun r;
     CudaBackendOptions bo;
     bo.penalties_on_device = penalised;
-    auto created = CudaBackend::create(bo);
-    EXPECT_TRUE(created.is_ok()) << created.status().message();
-    if (!created.is_ok()) return r;
-    std::unique_ptr<CudaBackend> be = std::move(created).value();
+    auto be = make_cuda(bo);
+    if (!be) return r;
     auto dec = Decoder::create(model, *be);
     EXPECT_TRUE(dec.is_ok()) << dec.status().message();
     if (!dec.is_ok()) return r;
