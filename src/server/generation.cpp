@@ -188,7 +188,6 @@ void Server::Impl::run_generation(std::shared_ptr<Generation> gen, std::vector<s
         gen->outputs[c].index = c;
         gen->outputs[c].has_logprobs = p.sampling.logprobs >= 0;
     }
-
     int32_t choice = 0;
     for (const auto& ids : prompts) {
         for (int32_t j = 0; j < p.n; ++j, ++choice) {
