@@ -160,8 +160,8 @@ public:
     // picks (core/draw.h) first penalise listed logits (in x itself where a backend applies them
     // in place: x is scratch), then a row whose picks.draws[r].temperature > 0 is draw_row's token
     // instead (top_k, top_p, min_p, the race); such rows have no logprob. A row with a target
-    // (picks.targets[r] >= 0) also gives target_logprob[r], that token's log-softmax. The default
-    // copies x to the host and computes there.
+    // (picks.targets[r] >= 0) also gives target_logprob[r], that token's log-softmax (0 for the
+    // other rows, when picks has targets). The default copies x to the host and computes there.
     virtual void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr,
                              const TokenPicks& picks = {}, float* target_logprob = nullptr) {
         std::vector<float> host(static_cast<size_t>(x.n_elements()));
@@ -182,8 +182,8 @@ public:
             for (int64_t i = 0; i < width; ++i) sum += std::exp(double(row[i]) - max);
             const double log_z = max + std::log(sum);
             logprob[r] = static_cast<float>(max - log_z);
-            if (target_logprob && !picks.targets.empty() && picks.targets[r] >= 0)
-                target_logprob[r] = static_cast<float>(row[picks.targets[r]] - log_z);
+            if (target_logprob && !picks.targets.empty())
+                target_logprob[r] = picks.targets[r] < 0 ? 0.0f : static_cast<float>(row[picks.targets[r]] - log_z);
         }
     }
 

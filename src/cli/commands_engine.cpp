@@ -61,7 +61,7 @@ int cmd_bench_serve(const BenchServeArgs& a) {
     EngineOptions eo;
     if (Status st = apply_kv_pool_options(a.kv_pool, &eo); !st) return fail(st);
     eo.block_size = a.run.kv_block_size;
-    eo.kv_dtype = a.run.kv_dtype.empty() ? a.run.activation_dtype : a.run.kv_dtype;
+    eo.kv_dtype = kv_dtype_name(a.run);
     eo.max_batched_tokens = a.max_batched_tokens;
     eo.max_seqs = a.max_seqs;
     eo.max_prefill_chunk = a.max_prefill_chunk;

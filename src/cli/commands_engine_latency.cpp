@@ -74,7 +74,7 @@ Result<EngineOptions> engine_options(const EngineBenchArgs& a, int32_t max_prefi
     EngineOptions eo;
     MVLLM_TRY(apply_kv_pool_options(a.kv_pool, &eo));
     eo.block_size = a.run.kv_block_size;
-    eo.kv_dtype = a.run.kv_dtype.empty() ? a.run.activation_dtype : a.run.kv_dtype;
+    eo.kv_dtype = kv_dtype_name(a.run);
     eo.max_batched_tokens = a.max_batched_tokens;
     eo.max_seqs = a.max_seqs;
     eo.max_prefill_chunk = max_prefill_chunk;

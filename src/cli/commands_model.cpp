@@ -160,7 +160,7 @@ int cmd_bench_decode(const BenchDecodeArgs& a) {
     const double rss_peak = peak_rss_mib();
     std::printf("| model | prompt | decode steps | threads | attention | act | kv | prefill tok/s | decode tok/s | peak RSS MiB | RSS growth MiB |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
-    const std::string kv = a.run.kv_dtype.empty() ? a.run.activation_dtype : a.run.kv_dtype;
+    const std::string kv = kv_dtype_name(a.run);
     std::printf("| %s | %d | %d | %d | %s | %s | %s/%d | %.1f | %.1f | %.0f | %.1f |\n", a.run.model.c_str(),
                 a.prompt_len, a.n_predict, a.run.threads, a.run.attention.c_str(),
                 a.run.activation_dtype.c_str(), kv.c_str(), a.run.kv_block_size, median(prefill_tps),

@@ -50,7 +50,7 @@ int cmd_perplexity(const PerplexityArgs& a) {
     // most 512 rows (~310 MB of logits for a 152K vocabulary) unless --prefill-chunk says otherwise.
     EngineOptions eo;
     eo.block_size = a.run.kv_block_size;
-    eo.kv_dtype = a.run.kv_dtype.empty() ? a.run.activation_dtype : a.run.kv_dtype;
+    eo.kv_dtype = kv_dtype_name(a.run);
     eo.max_seqs = a.parallel;
     eo.kv_cache_blocks = a.parallel * ((a.ctx + 1 + eo.block_size - 1) / eo.block_size + 1);
     eo.max_model_len = std::max<int64_t>(a.ctx + 1, rt->model->config.n_ctx_train);

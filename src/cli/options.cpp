@@ -64,7 +64,8 @@ void add_run_options(CLI::App* cmd, RunOptions* o) {
     cmd->add_option("--attention", o->attention, "naive | grouped | fused")
         ->check(CLI::IsMember({"naive", "grouped", "fused"}));
     cmd->add_option("--activation-dtype", o->activation_dtype, "f32 | f16")->check(CLI::IsMember({"f32", "f16"}));
-    cmd->add_option("--kv-dtype", o->kv_dtype, "f32 | f16 | bf16 (bf16: cuda only; default: the activation dtype)")
+    cmd->add_option("--kv-dtype", o->kv_dtype,
+                    "f32 | f16 | bf16 (bf16: cuda only; default: f16 on cuda, the activation dtype on cpu)")
         ->check(CLI::IsMember({"f32", "f16", "bf16"}));
     cmd->add_option("--kv-block-size", o->kv_block_size, "tokens per KV block")->check(CLI::Range(1, 1 << 20));
     cmd->add_option("-c,--ctx-size", o->ctx_size, "KV cache capacity in tokens (0: what the run needs)");
@@ -72,6 +73,11 @@ void add_run_options(CLI::App* cmd, RunOptions* o) {
     cmd->add_flag("--batch-invariant", o->batch_invariant,
                   "batch-invariant kernels: a request's greedy output never depends on what shares its batches "
                   "(fixed reduction orders; slower)");
+}
+
+std::string kv_dtype_name(const RunOptions& o) {
+    if (!o.kv_dtype.empty()) return o.kv_dtype;
+    return o.device == "cuda" ? "f16" : o.activation_dtype;
 }
 
 void add_kv_pool_options(CLI::App* cmd, KvPoolArgs* a) {
@@ -181,7 +187,7 @@ Result<Runtime> make_runtime(const RunOptions& o, int64_t n_tokens) {
     MVLLM_ASSIGN_OR_RETURN(rt.decoder, Decoder::create(*rt.model, *rt.backend, dopt));
     if (!o.draft_model.empty()) MVLLM_TRY(load_draft(o, dopt, &rt).with_context("--draft-model"));
     DType kv_dtype = dopt.activation_dtype;
-    if (!o.kv_dtype.empty()) parse_type_name(o.kv_dtype, &kv_dtype);
+    parse_type_name(kv_dtype_name(o), &kv_dtype);
     const int64_t capacity = std::max<int64_t>(o.ctx_size, n_tokens);
     const int64_t n_blocks = (capacity + o.kv_block_size - 1) / o.kv_block_size;
     MVLLM_ASSIGN_OR_RETURN(rt.cache, rt.backend->create_kv_cache(rt.decoder->kv_config(n_blocks, o.kv_block_size, kv_dtype)));

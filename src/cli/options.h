@@ -33,7 +33,7 @@ struct RunOptions {
     int threads = 0;
     std::string attention = "fused";
     std::string activation_dtype = "f32";
-    std::string kv_dtype;  // empty: the activation dtype
+    std::string kv_dtype;  // empty: kv_dtype_name()'s default
     int kv_block_size = 16;
     int64_t ctx_size = 0;  // KV capacity in tokens (0: prompt + generation)
     int prefill_chunk = 0;
@@ -47,6 +47,9 @@ struct RunOptions {
 };
 
 void add_run_options(CLI::App* cmd, RunOptions* o);
+// The KV cache's type: --kv-dtype, else f16 on CUDA (llama.cpp's and vLLM's default: half the
+// bytes the decode attention reads), else the activation dtype.
+std::string kv_dtype_name(const RunOptions& o);
 // --draft-model, --draft-tokens, --draft-tokens-min, --draft-policy, --no-spec-fallback.
 void add_draft_options(CLI::App* cmd, RunOptions* o);
 

@@ -72,7 +72,7 @@ Result<std::vector<int32_t>> encode_chat(const Tokenizer& tok, const nlohmann::o
 Result<std::unique_ptr<Engine>> make_cli_engine(Runtime& rt, const RunOptions& o, int64_t max_tokens) {
     EngineOptions eo;
     eo.block_size = o.kv_block_size;
-    eo.kv_dtype = o.kv_dtype.empty() ? o.activation_dtype : o.kv_dtype;
+    eo.kv_dtype = kv_dtype_name(o);
     // + the draft tokens one verification may look ahead
     const int64_t lookahead = rt.speculative.draft ? rt.speculative.draft_tokens : 0;
     const int64_t capacity = std::max<int64_t>(o.ctx_size, max_tokens + 1 + lookahead);

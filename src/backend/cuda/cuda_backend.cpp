@@ -748,6 +748,7 @@ std::pair<uint64_t, uint64_t> CudaBackend::binned_cut_rows() {
     cuda::BinnedCutStats stats{};
     MVLLM_CUDA_OK(cudaStreamSynchronize(im.stream));
     MVLLM_CUDA_OK(cudaMemcpy(&stats, im.draw_binned, sizeof stats, cudaMemcpyDeviceToHost));
+    MVLLM_CUDA_OK(cudaMemset(im.draw_binned, 0, sizeof stats));
     return {stats.binned, stats.whole};
 }
 

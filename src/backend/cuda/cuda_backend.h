@@ -127,8 +127,8 @@ public:
     std::vector<int32_t> warmup_contexts(int32_t max_context) const override;
     // Recorded graphs so far (tests, benchmarks).
     int32_t n_graphs() const;
-    // Truncating rows whose cut the binned first step narrowed, and those read whole, so far
-    // (CudaBackendOptions::binned_cut; tests). Synchronous.
+    // Truncating rows whose cut the binned first step narrowed, and those read whole, since the
+    // last call (CudaBackendOptions::binned_cut; tests). Synchronous.
     std::pair<uint64_t, uint64_t> binned_cut_rows();
 
     // Greedy sampling on the device: the argmax of each row of an F32 device tensor

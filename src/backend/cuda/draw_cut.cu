@@ -30,7 +30,7 @@ constexpr double kMassUnit = 0x1p43;  // a weight in [0, 1] in these units; 2^21
 // below the row's max, many CTAs per row, picks the bin where top_k's count or top_p's mass is
 // reached, and only that bin's values (with top_k: and those above it) go through the exact
 // selection; a row's cut is the same as the whole row's selection gives.
-constexpr int kDistBins = 2048;  // 16 octaves of 128 bins (dist_bin)
+constexpr int kDistBins = 2048;  // 32 octaves of 64 bins (dist_bin)
 constexpr int kBinThreads = 256, kBinPer = 16;  // a CTA's step: 4,096 values
 constexpr unsigned kBinMembers = 16384;          // candidates kept per row; more: the row path
 
@@ -267,17 +267,20 @@ __global__ void __launch_bounds__(kCutThreads) draw_cut_kernel(const float* x, i
 
 // ---- The binned first step ----------------------------------------------------------------------
 // A value's bin: its distance below the row's max in units of the temperature, d = (max - x) / T,
-// on a logarithmic scale: the exponent and top 7 mantissa bits of d for d in [2^-8, 2^8), 128 bins
+// on a logarithmic scale: the exponent and top 6 mantissa bits of d for d in [2^-24, 2^8), 64 bins
 // per octave, numbered from the bottom (a higher bin holds higher values, as choose_digit reads
-// digits); d below 2^-8 (the max itself) in the top bin, d from 2^8 (weights below e^-256, and -inf)
-// in the lowest. The bins are relative (each 1/128 of its distance wide), so a row's candidates in
-// one bin are about as many whatever the spread of its logits (normal rows of 151,936 values: at
-// most ~1,500-2,300 in a bin, at sigma 0.01 to 6). Monotone: a larger value never gets a lower bin
-// (d >= 0, whose bits order as its values), so each bin is a range of order keys and the exact
-// selection can start inside one.
+// digits); d below 2^-24 (the max itself, and values a float cannot tell from it at |max| <= 2) in
+// the top bin, d from 2^8 (weights below e^-256, and -inf) in the lowest. The bins are relative
+// (each 1/64 of its distance wide), so a row's candidates in one bin are about as many whatever the
+// spread of its logits (normal rows of 151,936 values: at most ~2,600-4,300 in a bin, at sigma 1e-4
+// to 6, T 0.6 and 1), and a nearly flat row (a random model's) still spreads over ~200 bins; the
+// first version's range began at 2^-8 and put a row of sigma 1e-4 in one bin (on the H200 the
+// random models' rows fell back to the whole-row select). Monotone: a larger value never
+// gets a lower bin (d >= 0, whose bits order as its values), so each bin is a range of order keys
+// and the exact selection can start inside one.
 __device__ __forceinline__ int dist_bin(float v, float max, float inv_t) {
     const int d = __float_as_int((max - v) * inv_t);
-    const int at = (d - __float_as_int(0x1p-8f)) >> 16;  // 2^16: one of 128 steps of an octave
+    const int at = (d - __float_as_int(0x1p-24f)) >> 17;  // 2^17: one of 64 steps of an octave
     return kDistBins - 1 - (at < 0 ? 0 : at < kDistBins - 1 ? at : kDistBins - 1);
 }
 
@@ -324,7 +327,21 @@ __global__ void __launch_bounds__(kBinThreads) cut_hist_kernel(const float* x, i
     for (int b = threadIdx.x; b < kDistBins; b += blockDim.x) hist[b] = 0;
     __syncthreads();
     for_each_in_chunk(x + blockIdx.y * width, width, chunk, [&](float v, int64_t) {
-        if (!isnan(v)) atomicAdd(hist + dist_bin(v, max, inv_t), counts ? 1ull : fixed_weight(v, max, inv_t));
+        const int bin = isnan(v) ? -1 : dist_bin(v, max, inv_t);
+        const unsigned long long w = bin < 0 ? 0ull : counts ? 1ull : fixed_weight(v, max, inv_t);
+        // A warp whose 32 values share a bin (a flat stretch of the row) adds once: 1,024 threads
+        // adding to one shared counter serialise (session 27's first cut kernel).
+        const int first = __shfl_sync(0xffffffffu, bin, 0);
+        if (__all_sync(0xffffffffu, bin == first)) {
+            if (first < 0) return;
+            const unsigned long long sum =  // weights < 2^44 in two parts, each part's sum < 2^32
+                counts ? 32ull
+                       : (static_cast<unsigned long long>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(w >> 22))) << 22) +
+                             __reduce_add_sync(0xffffffffu, static_cast<unsigned>(w & 0x3FFFFFu));
+            if ((threadIdx.x & 31) == 0) atomicAdd(hist + first, sum);
+        } else if (bin >= 0) {
+            atomicAdd(hist + bin, w);
+        }
     });
     __syncthreads();
     unsigned long long* row = binned[blockIdx.y].hist;

@@ -611,9 +611,9 @@ __global__ void target_logprob_kernel(const float* x, int64_t width, const int32
                                       const float* max_logprob, float* out, int64_t n_rows) {
     pdl_begin();
     const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (r >= n_rows || targets[r] < 0) return;
+    if (r >= n_rows) return;
     const float* row = x + r * width;
-    out[r] = __fsub_rn(row[targets[r]], __fsub_rn(row[argmax[r]], max_logprob[r]));
+    out[r] = targets[r] < 0 ? 0.0f : __fsub_rn(row[targets[r]], __fsub_rn(row[argmax[r]], max_logprob[r]));
 }
 
 void launch_target_logprob(const TensorView& x, const int32_t* targets, const int32_t* argmax,
