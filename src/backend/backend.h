@@ -161,13 +161,16 @@ public:
     // in place: x is scratch), then a row whose picks.draws[r].temperature > 0 is draw_row's token
     // instead (top_k, top_p, min_p, the race); such rows have no logprob. A row with a target
     // (picks.targets[r] >= 0) also gives target_logprob[r], that token's log-softmax (0 for the
-    // other rows, when picks has targets). The default copies x to the host and computes there.
+    // other rows, when picks has targets). copied [picks.copies.size()][width] receives the rows
+    // picks.copies names, penalised. The default copies x to the host and computes there.
     virtual void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr,
-                             const TokenPicks& picks = {}, float* target_logprob = nullptr) {
+                             const TokenPicks& picks = {}, float* target_logprob = nullptr, float* copied = nullptr) {
         std::vector<float> host(static_cast<size_t>(x.n_elements()));
         to_host(x, host.data());
         const int64_t width = x.ne[0];
         penalise_rows(host.data(), width, picks.penalties);
+        for (size_t i = 0; copied && i < picks.copies.size(); ++i)
+            std::copy_n(host.data() + picks.copies[i] * width, width, copied + static_cast<int64_t>(i) * width);
         for (int64_t r = 0; r < x.n_rows(); ++r) {
             const float* row = host.data() + r * width;
             if (!picks.draws.empty() && picks.draws[r].temperature > 0.0f) {
@@ -199,13 +202,16 @@ public:
         r.tokens.resize(static_cast<size_t>(x.ne[1]));
         r.logprobs.resize(logprob ? r.tokens.size() : 0);
         r.target_logprobs.assign(picks.targets.empty() ? 0 : r.tokens.size(), 0.0f);
+        r.copied.resize(picks.copies.size() * static_cast<size_t>(x.ne[0]));
         if (!r.tokens.empty())
             argmax_rows(x, r.tokens.data(), logprob ? r.logprobs.data() : nullptr, picks,
-                        r.target_logprobs.empty() ? nullptr : r.target_logprobs.data());
+                        r.target_logprobs.empty() ? nullptr : r.target_logprobs.data(), r.copied.data());
         return r.ticket;
     }
-    // target_logprob (or null): the rows' target logprobs, when the ticket's picks had targets.
-    virtual void argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob = nullptr) {
+    // target_logprob (or null): the rows' target logprobs, when the ticket's picks had targets;
+    // copied (or null): the rows its picks.copies named.
+    virtual void argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob = nullptr,
+                               float* copied = nullptr) {
         const HostGreedy& r = host_greedy_[ticket % 2];
         MVLLM_CHECK(r.ticket == ticket) << "greedy result " << ticket << " is no longer kept";
         MVLLM_CHECK(!logprob || r.logprobs.size() == r.tokens.size()) << "greedy result " << ticket << " has no logprobs";
@@ -214,6 +220,7 @@ public:
         std::copy(r.tokens.begin(), r.tokens.end(), dst);
         if (logprob) std::copy(r.logprobs.begin(), r.logprobs.end(), logprob);
         if (target_logprob) std::copy(r.target_logprobs.begin(), r.target_logprobs.end(), target_logprob);
+        if (copied) std::copy(r.copied.begin(), r.copied.end(), copied);
     }
     // The ticket of the last argmax_enqueue on this backend (0: none yet).
     uint64_t last_argmax_ticket() const { return argmax_tickets_; }
@@ -238,6 +245,7 @@ private:
         std::vector<int32_t> tokens;
         std::vector<float> logprobs;
         std::vector<float> target_logprobs;
+        std::vector<float> copied;
     };
     HostGreedy host_greedy_[2];
     uint64_t argmax_tickets_ = 0;

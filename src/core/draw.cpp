@@ -46,6 +46,13 @@ std::string picks_error(const TokenPicks& picks, int64_t n_rows, int64_t width, 
         if (prev && (prev->row > p.row || (prev->row == p.row && prev->token >= p.token)))
             return "penalties must be ordered by (row, token), each logit once";
     }
+    for (size_t i = 0; i < picks.copies.size(); ++i) {
+        const int32_t r = picks.copies[i];
+        if (r < 0 || r >= n_rows || (i > 0 && picks.copies[i - 1] >= r)) {
+            why << "copied row " << r << ": copies must be increasing rows of the " << n_rows;
+            return why.str();
+        }
+    }
     return {};
 }
 

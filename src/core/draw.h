@@ -50,13 +50,16 @@ struct TokenPicks {
     // Empty, or one per row: a token whose log-softmax the row also returns (-1: none), beside its
     // argmax's (a prompt position scoring the next prompt token). Greedy rows with logprobs only.
     std::vector<int32_t> targets = {};
-    bool empty() const { return draws.empty() && penalties.empty() && targets.empty(); }
+    // Rows (increasing) whose logits, after the penalties, also come back to the host: the rows a
+    // caller scores there (top logprobs, a drawn token's logprob) while the backend picks the token.
+    std::vector<int32_t> copies = {};
+    bool empty() const { return draws.empty() && penalties.empty() && targets.empty() && copies.empty(); }
 };
 
 // Why picks cannot serve n_rows rows of width logits (with greedy logprobs when logprobs is
 // set), or an empty string: draws or targets of the wrong count or out of range, a drawn row with a
-// logprob, targets without logprobs, penalties out of order, out of range, or with a repetition
-// that is not positive.
+// logprob, targets without logprobs, penalties or copies out of order or out of range, a penalty
+// with a repetition that is not positive.
 std::string picks_error(const TokenPicks& picks, int64_t n_rows, int64_t width, bool logprobs);
 
 // Applies penalties to x [n_rows][width] (rows and tokens in range).

@@ -68,9 +68,11 @@ struct Engine::Impl {
     std::vector<int32_t> argmax;  // [n_sampled]: the step's tokens when the backend picked them
     std::vector<float> argmax_logprob;  // [n_sampled]: their log-softmax, when a request asked for it
     std::vector<float> target_logprob;  // [logit rows]: prompt rows' scores, when the backend took them
+    std::vector<float> copied;          // [picks.copies][n_vocab]: the rows scored on the host
     TokenPicks picks;  // the backend's penalties and draws of a greedy_step (draws empty: all argmax)
-    std::unique_ptr<ThreadPool> row_pool;  // the prompt rows' logprobs (sample), made on first use
-    bool greedy_step = false;     // the backend picked the tokens (argmax or draw on the device)
+    std::unique_ptr<ThreadPool> row_pool;  // the host's row scores (sample), made on first use
+    bool greedy_step = false;      // the backend picked the tokens (argmax or draw on the device)
+    bool device_logprobs = false;  // ... and gave greedy logprobs (build_picks)
     // Decode padding (EngineOptions::decode_padding): the KV block the padding rows write, one
     // past the pool's blocks (-1: no padding), and the batch sizes a decode step is padded to.
     int32_t pad_block = -1;
@@ -162,32 +164,18 @@ static PromptRows prompt_rows(const ScheduledSequence& s) {
     return {first, std::max<int64_t>(0, last - first)};
 }
 
-// A step whose sampled rows have no drafts and at most the chosen token's logprob (logprobs 0)
+// A step whose sampled rows have no drafts, and no penalties where the backend cannot apply them,
 // lets the backend pick the tokens: the argmax of greedy rows, draw_row's token of sampled ones
-// (core/draw.h: top_k, top_p, min_p; then no logprobs in the step), after the penalties where the
-// backend applies them. Prompt rows join where the backend scores targets (prompt_logprobs up to
-// 1: the target's log-softmax and the argmax's). Only the ids and log-softmaxes leave the device.
+// (core/draw.h: top_k, top_p, min_p), after the penalties. What a row wants scored beside its token
+// is scored on the device where it can be (a greedy row's own logprob; a prompt row's target where
+// the backend scores_targets(), prompt_logprobs up to 1, in a step without draws), else the row's
+// logits come back to the host alone (TokenPicks::copies: top logprobs, a drawn token's logprob).
 static bool backend_picks_tokens(const SchedulerOutput& plan, const Backend& backend) {
-    bool drawn = false, logprobs = false;
     for (const ScheduledSequence& s : plan.scheduled) {
-        if (prompt_rows(s).n > 0) {
-            if (!backend.scores_targets() || s.seq->params.prompt_logprobs > 1) return false;
-            logprobs = true;
-        }
         if (!s.sample) continue;
-        const SamplingParams& p = s.seq->params;
-        if ((has_penalties(p) && !backend.applies_penalties()) || p.logprobs > 0 || !s.seq->draft.tokens.empty())
-            return false;
-        drawn |= !is_greedy(p);
-        logprobs |= p.logprobs >= 0;
+        if ((has_penalties(s.seq->params) && !backend.applies_penalties()) || !s.seq->draft.tokens.empty()) return false;
     }
-    return !(drawn && logprobs);
-}
-
-static bool wants_logprobs(const SchedulerOutput& plan) {
-    for (const ScheduledSequence& s : plan.scheduled)
-        if ((s.sample && s.seq->params.logprobs >= 0) || prompt_rows(s).n > 0) return true;
-    return false;
+    return true;
 }
 
 Status Engine::Impl::run_models(const SchedulerOutput& plan) {
@@ -200,39 +188,53 @@ Status Engine::Impl::run_models(const SchedulerOutput& plan) {
     }
     if (greedy_step) {
         build_picks(plan, batch.logit_rows.size());
-        return decoder.forward_greedy(batch, *cache, &argmax, wants_logprobs(plan) ? &argmax_logprob : nullptr, picks,
-                                      picks.targets.empty() ? nullptr : &target_logprob);
+        return decoder.forward_greedy(batch, *cache, &argmax, device_logprobs ? &argmax_logprob : nullptr, picks,
+                                      picks.targets.empty() ? nullptr : &target_logprob,
+                                      picks.copies.empty() ? nullptr : &copied);
     }
     return decoder.forward(batch, *cache, &logits);
 }
 
 // The backend's picks for a greedy_step, row by row: a prompt row's target (the prompt token it
-// predicts); one value of each drawing request's generator per token, as sample_token takes it;
-// and the penalties of a sampling row from its sequence's counts, brought up to date (rows past
-// the sampled ones are padding: argmax).
+// predicts) or its copy; one value of each drawing request's generator per token, as sample_token
+// takes it; the penalties of a sampling row from its sequence's counts, brought up to date; the
+// copy of a sampling row whose logprobs the device does not give (rows past the sampled ones are
+// padding: argmax).
 void Engine::Impl::build_picks(const SchedulerOutput& plan, size_t n_logit_rows) {
     picks.draws.clear();
     picks.penalties.clear();
     picks.targets.clear();
+    picks.copies.clear();
+    const bool drawn = std::any_of(plan.scheduled.begin(), plan.scheduled.end(),
+                                   [](const ScheduledSequence& s) { return s.sample && !is_greedy(s.seq->params); });
+    const bool targets = !drawn && decoder.backend().scores_targets();
+    device_logprobs = false;
+    int32_t row = 0;
     for (const ScheduledSequence& s : plan.scheduled) {
         Sequence* seq = s.seq;
         const PromptRows pr = prompt_rows(s);
-        for (int64_t j = 0; j < pr.n; ++j) {
-            picks.targets.resize(picks.draws.size(), -1);
-            picks.targets.push_back(seq->tokens[pr.first + j + 1]);
+        for (int64_t j = 0; j < pr.n; ++j, ++row) {
             picks.draws.push_back(TokenDraw{});
+            if (targets && seq->params.prompt_logprobs <= 1) {
+                picks.targets.resize(static_cast<size_t>(row), -1);
+                picks.targets.push_back(seq->tokens[pr.first + j + 1]);
+                device_logprobs = true;
+            } else {
+                picks.copies.push_back(row);
+            }
         }
         if (!s.sample) continue;
         const SamplingParams& p = seq->params;
         if (has_penalties(p)) {
             seq->penalty_counts.update(seq->tokens, seq->n_prompt);
-            seq->penalty_counts.append_penalties(p, static_cast<int32_t>(picks.draws.size()), decoder.config().n_vocab,
-                                                 &picks.penalties);
+            seq->penalty_counts.append_penalties(p, row, decoder.config().n_vocab, &picks.penalties);
         }
         picks.draws.push_back(is_greedy(p) ? TokenDraw{} : token_draw(p, seq->rng()));
+        if (p.logprobs == 0 && !drawn) device_logprobs = true;
+        else if (p.logprobs >= 0) picks.copies.push_back(row);
+        ++row;
     }
-    const bool any_drawn = std::any_of(picks.draws.begin(), picks.draws.end(), [](const TokenDraw& d) { return d.temperature > 0; });
-    if (any_drawn) picks.draws.resize(n_logit_rows);
+    if (drawn) picks.draws.resize(n_logit_rows);
     else picks.draws.clear();
     if (!picks.targets.empty()) picks.targets.resize(n_logit_rows, -1);
 }
@@ -265,16 +267,24 @@ Batch Engine::Impl::build_batch(const SchedulerOutput& plan) const {
 }
 
 // Sampling (no drafts) or verification: appends each sampling sequence's new tokens. Rows of
-// prompt positions come first: the logprob of the prompt token each predicts, over the raw logits,
-// computed at the end on every hardware thread (a vocabulary-wide log-sum-exp per row).
+// prompt positions come first: the logprob of the prompt token each predicts, over the raw logits.
+// Rows scored on the host (every row of a step without backend picks, the copied rows of one with)
+// are scored at the end on every hardware thread (a vocabulary-wide log-sum-exp per row).
 void Engine::Impl::sample(SchedulerOutput* plan) {
     const int64_t n_vocab = decoder.config().n_vocab;
-    struct PromptScore {
+    struct RowScore {
         const float* row;
         int32_t token, n_top;
-        TokenLogprob* out;  // in its sequence's prompt_logprobs, sized before the scores are taken
+        TokenLogprob* out;  // in its sequence's prompt_logprobs or verified.logprobs, sized before
     };
-    std::vector<PromptScore> scores;
+    std::vector<RowScore> scores;
+    size_t next_copy = 0;
+    const auto host_row = [&](size_t r) -> const float* {  // row r's logits on the host, or null
+        if (!greedy_step) return logits.data() + r * n_vocab;
+        if (next_copy < picks.copies.size() && picks.copies[next_copy] == static_cast<int32_t>(r))
+            return copied.data() + next_copy++ * n_vocab;
+        return nullptr;
+    };
     size_t row = 0;
     for (ScheduledSequence& s : plan->scheduled) {
         Sequence* seq = s.seq;
@@ -284,8 +294,8 @@ void Engine::Impl::sample(SchedulerOutput* plan) {
         for (int64_t j = 0; j < pr.n; ++j, ++row) {
             const int32_t token = seq->tokens[pr.first + j + 1];
             TokenLogprob& out = seq->prompt_logprobs[base + static_cast<size_t>(j)];
-            if (!greedy_step) {
-                scores.push_back({logits.data() + row * n_vocab, token, seq->params.prompt_logprobs, &out});
+            if (const float* r = host_row(row)) {
+                scores.push_back({r, token, seq->params.prompt_logprobs, &out});
                 continue;
             }
             out = TokenLogprob{token, target_logprob[row], {}};  // scored by the backend (prompt_logprobs <= 1)
@@ -293,8 +303,13 @@ void Engine::Impl::sample(SchedulerOutput* plan) {
         }
         if (!s.sample) continue;  // a prefill chunk short of the prompt's end
         if (greedy_step) {
-            seq->verified = Verification{{argmax[row]}, {}, 0};
-            if (seq->params.logprobs >= 0) seq->verified.logprobs.push_back(TokenLogprob{argmax[row], argmax_logprob[row], {}});
+            const int32_t token = argmax[row];
+            seq->verified = Verification{{token}, {}, 0};
+            if (seq->params.logprobs >= 0) {
+                const float* r = host_row(row);
+                seq->verified.logprobs.push_back(TokenLogprob{token, r ? 0.0f : argmax_logprob[row], {}});
+                if (r) scores.push_back({r, token, seq->params.logprobs, &seq->verified.logprobs.back()});
+            }
             ++row;
         } else {
             seq->verified = verify_draft(logits.data() + row * n_vocab, n_vocab, seq->params, seq->tokens, seq->n_prompt,
@@ -306,7 +321,7 @@ void Engine::Impl::sample(SchedulerOutput* plan) {
     }
     const auto score = [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
-            const PromptScore& p = scores[static_cast<size_t>(i)];
+            const RowScore& p = scores[static_cast<size_t>(i)];
             token_logprob(p.row, n_vocab, p.token, p.n_top, p.out);
         }
     };

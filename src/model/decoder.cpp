@@ -183,9 +183,9 @@ Status Decoder::forward(const Batch& batch, KvCache& cache, std::vector<float>* 
 
 Status Decoder::forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens,
                                std::vector<float>* logprobs, const TokenPicks& picks,
-                               std::vector<float>* target_logprobs) {
+                               std::vector<float>* target_logprobs, std::vector<float>* copied) {
     MVLLM_ASSIGN_OR_RETURN(const uint64_t ticket, forward_greedy_enqueue(batch, cache, logprobs != nullptr, picks));
-    return greedy_result(ticket, tokens, logprobs, target_logprobs);
+    return greedy_result(ticket, tokens, logprobs, target_logprobs, copied);
 }
 
 Result<uint64_t> Decoder::forward_greedy_enqueue(const Batch& batch, KvCache& cache, bool logprobs,
@@ -199,7 +199,8 @@ Result<uint64_t> Decoder::forward_greedy_enqueue(const Batch& batch, KvCache& ca
     try {
         const TensorView out = run(*b, cache);
         const uint64_t ticket = backend_.argmax_enqueue(out, logprobs, picks);
-        greedy_[ticket % 2] = {ticket, out.ne[1], logprobs, !picks.targets.empty()};
+        greedy_[ticket % 2] = {ticket, out.ne[1], logprobs, !picks.targets.empty(),
+                               static_cast<int64_t>(picks.copies.size())};
         last_greedy_ = ticket;
         return ticket;
     } catch (const DeviceOutOfMemory& e) {
@@ -208,7 +209,7 @@ Result<uint64_t> Decoder::forward_greedy_enqueue(const Batch& batch, KvCache& ca
 }
 
 Status Decoder::greedy_result(uint64_t ticket, std::vector<int32_t>* tokens, std::vector<float>* logprobs,
-                              std::vector<float>* target_logprobs) {
+                              std::vector<float>* target_logprobs, std::vector<float>* copied) {
     const GreedyStep& g = greedy_[ticket % 2];
     if (ticket == 0 || g.ticket != ticket || ticket + 1 < backend_.last_argmax_ticket())
         return make_error("greedy step ", ticket, " is not kept (the backend keeps its last two)");
@@ -217,9 +218,10 @@ Status Decoder::greedy_result(uint64_t ticket, std::vector<int32_t>* tokens, std
     tokens->resize(static_cast<size_t>(g.rows));
     if (logprobs) logprobs->resize(tokens->size());
     if (target_logprobs) target_logprobs->resize(tokens->size());
+    if (copied) copied->resize(static_cast<size_t>(g.copies * config_.n_vocab));
     if (g.rows > 0)
         backend_.argmax_result(ticket, tokens->data(), logprobs ? logprobs->data() : nullptr,
-                               target_logprobs ? target_logprobs->data() : nullptr);
+                               target_logprobs ? target_logprobs->data() : nullptr, copied ? copied->data() : nullptr);
     return Status::ok();
 }
 

@@ -232,7 +232,7 @@ TEST(CudaOps, PenalisedPicksEqualTheHost) {
 
 // Targets (a prompt position's next token) scored on the device (cuda::launch_target_logprob) equal
 // the host's log-softmax of each row's target in double, beside the argmax and its logprob; rows
-// without a target (-1) get 0; penalties are applied first.
+// without a target (-1) get 0; penalties are applied first, and the copied rows come back with them.
 TEST(CudaOps, TargetLogprobsEqualTheHost) {
     MVLLM_REQUIRE_GPU();
     auto be = make_cuda();
@@ -244,12 +244,15 @@ TEST(CudaOps, TargetLogprobsEqualTheHost) {
         TokenPicks picks;
         picks.targets = {3, -1, static_cast<int32_t>(width - 1), 0, static_cast<int32_t>(width / 2)};
         picks.penalties = {{4, static_cast<int32_t>(width / 2), 1.5f, 1.3f, 0.0f}};  // row 4's target, biased
+        picks.copies = {1, 4};  // rows scored on the host come back, penalised
         std::vector<float> host = x;
         penalise_rows(host.data(), width, picks.penalties);
         TensorView t = begin_with_input(*be, x, width, n_rows);
         std::vector<int32_t> got(n_rows);
-        std::vector<float> lp(n_rows), target(n_rows, 7.0f);
-        be->argmax_rows(t, got.data(), lp.data(), picks, target.data());
+        std::vector<float> lp(n_rows), target(n_rows, 7.0f), copied(2 * width);
+        be->argmax_rows(t, got.data(), lp.data(), picks, target.data(), copied.data());
+        EXPECT_TRUE(std::equal(copied.begin(), copied.begin() + width, host.begin() + width));
+        EXPECT_TRUE(std::equal(copied.begin() + width, copied.end(), host.begin() + 4 * width));
         for (int64_t r = 0; r < n_rows; ++r) {
             const float* row = host.data() + r * width;
             EXPECT_EQ(got[r], row_argmax(row, width)) << "width " << width << " row " << r;

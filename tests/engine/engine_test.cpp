@@ -190,7 +190,7 @@ TEST(Engine, WarmUpLeavesNoTraceAndChangesNoOutput) {
 // that sample on the host (top logprobs: logits to the host) are not padded; with padding off no
 // row is added. Drawn and host-sampled tokens are the same with and without padding.
 TEST(Engine, DecodePaddingChangesNoOutput) {
-    std::vector<Outcome> drawn[2], nucleus[2], penalised[2], on_host[2];
+    std::vector<Outcome> drawn[2], nucleus[2], penalised[2], with_logprobs[2], on_host[2];
     for (const auto mode : {EngineOptions::DecodePadding::On, EngineOptions::DecodePadding::Off}) {
         const bool on = mode == EngineOptions::DecodePadding::On;
         EngineOptions o = small_options(64);
@@ -226,20 +226,29 @@ TEST(Engine, DecodePaddingChangesNoOutput) {
         const int64_t penalised_padding =
             (*engine)->counters().n_padding_rows - greedy_padding - drawn_padding - nucleus_padding;
         for (Request& r : hot) r.sampling.logprobs = 2;
-        on_host[on ? 0 : 1] = run_all(**engine, hot);  // sampled on the host: not padded
+        // drawn by the backend, their rows copied back for the top logprobs: padded
+        with_logprobs[on ? 0 : 1] = run_all(**engine, hot);
+        const int64_t logprobs_padding = (*engine)->counters().n_padding_rows - greedy_padding - drawn_padding -
+                                         nucleus_padding - penalised_padding;
+        EngineOptions h = o;
+        h.host_sampling = true;
+        auto host_engine = Engine::create(*tiny().decoder, h);
+        ASSERT_TRUE(host_engine.is_ok()) << host_engine.status().message();
+        on_host[on ? 0 : 1] = run_all(**host_engine, hot);  // sampled on the host: not padded
         const EngineCounters c = (*engine)->counters();
         if (on) {
             EXPECT_GT(greedy_padding, 0);
             EXPECT_GT(drawn_padding, 0);
             EXPECT_GT(nucleus_padding, 0);
             EXPECT_GT(penalised_padding, 0);
+            EXPECT_GT(logprobs_padding, 0);
         }
-        // none in the host-sampled steps
-        EXPECT_EQ(c.n_padding_rows, greedy_padding + drawn_padding + nucleus_padding + penalised_padding);
+        EXPECT_EQ((*host_engine)->counters().n_padding_rows, 0);
         if (!on) {
             EXPECT_EQ(c.n_padding_rows, 0);
         }
         EXPECT_EQ(c.n_finished, 15);
+        EXPECT_EQ((*host_engine)->counters().n_finished, 3);
         EXPECT_EQ(c.n_free_blocks, 64);
         EXPECT_EQ(c.n_total_blocks, 64);
     }
@@ -250,6 +259,8 @@ TEST(Engine, DecodePaddingChangesNoOutput) {
         EXPECT_EQ(nucleus[0][i].tokens, nucleus[1][i].tokens) << "nucleus request " << i;
         EXPECT_EQ(penalised[0][i].tokens.size(), 10u);
         EXPECT_EQ(penalised[0][i].tokens, penalised[1][i].tokens) << "penalised request " << i;
+        EXPECT_EQ(with_logprobs[0][i].tokens, penalised[0][i].tokens) << "request with logprobs " << i;
+        EXPECT_EQ(with_logprobs[1][i].tokens, penalised[0][i].tokens) << "request with logprobs " << i;
         EXPECT_EQ(on_host[0][i].tokens, penalised[0][i].tokens) << "host-sampled request " << i;
         EXPECT_EQ(on_host[1][i].tokens, penalised[0][i].tokens) << "host-sampled request " << i;
     }
@@ -257,8 +268,9 @@ TEST(Engine, DecodePaddingChangesNoOutput) {
 
 // A drawn token is the host sampler's: the same seeded requests give the same tokens whether the
 // backend draws them (temperature, top_k, top_p, min_p, after the penalties) or the engine samples
-// the logits on the host (the same requests asking for top logprobs, which only the host path
-// computes). Requests 7-10 are penalised: 7 and 8 drawn, 9 and 10 greedy (the argmax of the
+// the logits on the host (EngineOptions::host_sampling); asking for logprobs (the chosen token's
+// and the top 2, which the engine computes from the rows the backend copies back) changes no token,
+// and the logprobs equal the host path's, bit for bit. Requests 7-10 are penalised: 7 and 8 drawn, 9 and 10 greedy (the argmax of the
 // penalised row), with repetition, presence and frequency penalties alone and together, and a
 // logit bias on 7 and 9.
 TEST(Engine, BackendDrawsEqualHostSampling) {
@@ -278,15 +290,28 @@ TEST(Engine, BackendDrawsEqualHostSampling) {
         on_backend[i].sampling.max_tokens = 16;
         on_backend[i].sampling.ignore_eos = true;
     }
-    std::vector<Request> on_host = on_backend;
-    for (Request& r : on_host) r.sampling.logprobs = 1;
+    std::vector<Request> with_logprobs = on_backend;
+    for (Request& r : with_logprobs) r.sampling.logprobs = 2;
+    EngineOptions host = small_options(256);
+    host.host_sampling = true;
     auto e1 = Engine::create(*tiny().decoder, small_options(256)).value();
-    auto e2 = Engine::create(*tiny().decoder, small_options(256)).value();
-    const std::vector<Outcome> a = run_all(*e1, on_backend), b = run_all(*e2, on_host);
+    auto e2 = Engine::create(*tiny().decoder, host).value();
+    auto e4 = Engine::create(*tiny().decoder, small_options(256)).value();
+    const std::vector<Outcome> a = run_all(*e1, on_backend), b = run_all(*e2, with_logprobs),
+                               c = run_all(*e4, with_logprobs);
     std::set<int32_t> distinct;
     for (size_t i = 0; i < a.size(); ++i) {
         ASSERT_EQ(a[i].tokens.size(), 16u);
         EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
+        EXPECT_EQ(c[i].tokens, b[i].tokens) << "request " << i;
+        ASSERT_EQ(c[i].logprobs.size(), 16u) << "request " << i;
+        ASSERT_EQ(b[i].logprobs.size(), 16u) << "request " << i;
+        for (size_t t = 0; t < 16; ++t) {
+            EXPECT_EQ(c[i].logprobs[t].token, b[i].logprobs[t].token);
+            EXPECT_EQ(c[i].logprobs[t].logprob, b[i].logprobs[t].logprob) << "request " << i << " token " << t;
+            EXPECT_EQ(c[i].logprobs[t].top, b[i].logprobs[t].top) << "request " << i << " token " << t;
+            EXPECT_EQ(c[i].logprobs[t].top.size(), 2u);
+        }
         if (i < 9) distinct.insert(a[i].tokens.begin(), a[i].tokens.end());
     }
     EXPECT_GT(distinct.size(), 8u);  // really sampled, not a greedy run

@@ -156,6 +156,16 @@ TEST(Sampler, MalformedPicksAreRefused) {
     EXPECT_NE(error({{}, {{0, 2, 0.0f, 0.0f, 0.0f}}}).find("positive"), std::string::npos);
     EXPECT_NE(error({{}, {{0, 2}, {0, 2}}}).find("ordered"), std::string::npos);  // twice
     EXPECT_NE(error({{}, {{1, 2}, {0, 5}}}).find("ordered"), std::string::npos);
+    const auto copies = [](std::vector<int32_t> rows) {
+        TokenPicks p;
+        p.copies = std::move(rows);
+        return p;
+    };
+    EXPECT_EQ(error(copies({0, 2})), "");
+    EXPECT_NE(error(copies({2, 1})).find("increasing"), std::string::npos);
+    EXPECT_NE(error(copies({1, 1})).find("increasing"), std::string::npos);
+    EXPECT_NE(error(copies({3})).find("increasing"), std::string::npos);
+    EXPECT_NE(error(copies({-1})).find("increasing"), std::string::npos);
 }
 
 TEST(Sampler, TopKTopPMinPFilters) {

@@ -79,6 +79,7 @@ CudaBackend::Impl::~Impl() {
     if (targets_host) cudaFreeHost(targets_host);
     if (targets_dev) cudaFree(targets_dev);
     if (target_out) cudaFreeHost(target_out);
+    if (copies_host) cudaFreeHost(copies_host);
     if (draw_cuts) cudaFree(draw_cuts);
     if (draw_binned) cudaFree(draw_binned);
     if (draw_score) cudaFree(draw_score);
@@ -652,6 +653,20 @@ void CudaBackend::Impl::ensure_targets(size_t rows) {
     target_capacity = cap;
 }
 
+void CudaBackend::Impl::ensure_copies(size_t n) {
+    if (n <= copy_capacity) return;
+    const size_t cap = std::max(n, copy_capacity * 2), old = copy_capacity;
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no copy writes the old buffer any more
+    float* host = nullptr;
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * cap * sizeof(float), cudaHostAllocDefault));
+    if (old > 0) {  // both slots' rows may still be read
+        for (size_t s = 0; s < 2; ++s) std::memcpy(host + s * cap, copies_host + s * old, old * sizeof(float));
+        cudaFreeHost(copies_host);
+    }
+    copies_host = host;
+    copy_capacity = cap;
+}
+
 uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const TokenPicks& picks) {
     Impl& im = *impl_;
     const size_t rows = static_cast<size_t>(x.ne[1]);
@@ -681,11 +696,21 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
         MVLLM_CUDA_OK(cudaMemcpyAsync(dev, host, n_penalties * sizeof(TokenPenalty), cudaMemcpyHostToDevice, im.stream));
         cuda::launch_penalties(x, dev, static_cast<int64_t>(n_penalties), im.stream);
     }
+    const size_t width = static_cast<size_t>(x.ne[0]), copied = picks.copies.size() * width;
+    if (copied > 0) {  // the penalised rows, before the draw (which reads x and leaves it)
+        im.ensure_copies(copied);
+        float* host = im.copies_host + s * im.copy_capacity;
+        const float* rows_dev = static_cast<const float*>(x.data);
+        for (size_t i = 0; i < picks.copies.size(); ++i)
+            MVLLM_CUDA_OK(cudaMemcpyAsync(host + i * width, rows_dev + static_cast<size_t>(picks.copies[i]) * width,
+                                          width * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
+    }
     Impl::ArgmaxSlot& slot = im.argmax_slots[s];
     slot.ticket = ticket;
     slot.rows = rows;
     slot.logprob = logprob;
     slot.targets = targets;
+    slot.copied = copied;
     if (rows > 0 && drawn) {
         // Slot s's staging was last copied for ticket - 2, whose results the caller has read. One
         // copy per step: with the draws in mapped host memory every CTA (37 per row) read them
@@ -714,7 +739,7 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
     return ticket;
 }
 
-void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob) {
+void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob, float* copied) {
     Impl& im = *impl_;
     const size_t s = ticket % 2;
     const Impl::ArgmaxSlot& slot = im.argmax_slots[s];
@@ -725,6 +750,7 @@ void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob, f
     std::memcpy(dst, im.argmax_out + s * im.argmax_capacity, slot.rows * sizeof(int32_t));
     if (logprob) std::memcpy(logprob, im.argmax_logprob + s * im.argmax_capacity, slot.rows * sizeof(float));
     if (target_logprob) std::memcpy(target_logprob, im.target_out + s * im.target_capacity, slot.rows * sizeof(float));
+    if (copied) std::memcpy(copied, im.copies_host + s * im.copy_capacity, slot.copied * sizeof(float));
     // A step's result read before the next step is queued: the host's turn between two steps.
     Impl::GraphTiming& t = im.graph_timing;
     if (t.enabled && ticket == last_argmax_ticket() && t.launched != std::chrono::steady_clock::time_point{}) {
@@ -736,8 +762,8 @@ void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob, f
 }
 
 void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob, const TokenPicks& picks,
-                              float* target_logprob) {
-    argmax_result(argmax_enqueue(x, logprob != nullptr, picks), dst, logprob, target_logprob);
+                              float* target_logprob, float* copied) {
+    argmax_result(argmax_enqueue(x, logprob != nullptr, picks), dst, logprob, target_logprob, copied);
 }
 
 bool CudaBackend::scores_targets() const { return impl_->options.scores_targets; }

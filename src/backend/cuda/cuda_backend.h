@@ -136,11 +136,12 @@ public:
     // penalties change x in place first (cuda::launch_penalties), and rows with a TokenDraw of
     // temperature > 0 are drawn on the device (cuda::launch_draw).
     void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr, const TokenPicks& picks = {},
-                     float* target_logprob = nullptr) override;
+                     float* target_logprob = nullptr, float* copied = nullptr) override;
     // The argmax (or draw) kernels queued on the stream; their results land in one of two mapped
     // host slots (ticket % 2) and, for fed tokens, in a device buffer the embedding reads.
     uint64_t argmax_enqueue(const TensorView& x, bool logprob, const TokenPicks& picks = {}) override;
-    void argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob = nullptr) override;
+    void argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob = nullptr,
+                       float* copied = nullptr) override;
     bool applies_penalties() const override;
     bool scores_targets() const override;
     bool embeds_fed_tokens() const override;

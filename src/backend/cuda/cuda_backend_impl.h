@@ -119,6 +119,7 @@ struct CudaBackend::Impl {
         size_t rows = 0;
         bool logprob = false;
         bool targets = false;
+        size_t copied = 0;           // floats of copied rows (TokenPicks::copies) in copies_host
         cudaEvent_t done = nullptr;  // recorded after the slot's kernels
     };
     ArgmaxSlot argmax_slots[2];
@@ -153,6 +154,11 @@ struct CudaBackend::Impl {
     size_t target_capacity = 0;
     // Grows the target buffers to at least `rows` a slot (keeping both slots' results).
     void ensure_targets(size_t rows);
+    // The rows a step copies back (TokenPicks::copies), penalised, per slot in pinned host memory.
+    float* copies_host = nullptr;  // [2][copy_capacity]
+    size_t copy_capacity = 0;      // floats a slot
+    // Grows the copy buffers to at least n floats a slot (keeping both slots' rows).
+    void ensure_copies(size_t n);
 
     cuda::MatmulScratch matmul_scratch;
     std::unique_ptr<cuda::GemmTuner> gemm_tuner;  // matmul_scratch.tuner
