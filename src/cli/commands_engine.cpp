@@ -36,6 +36,7 @@ struct BenchServeArgs {
     float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f;  // greedy unless a temperature is given
     int top_k = 0;
     float repeat_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+    int logprobs = -1;  // -1: none; n: the chosen token's and the top n
     std::string json_out;
 };
 
@@ -90,6 +91,7 @@ int cmd_bench_serve(const BenchServeArgs& a) {
         r.sampling.repetition_penalty = a.repeat_penalty;
         r.sampling.presence_penalty = a.presence_penalty;
         r.sampling.frequency_penalty = a.frequency_penalty;
+        r.sampling.logprobs = a.logprobs;
         r.sampling.seed = static_cast<int64_t>(&r - requests.data());
         r.sampling.ignore_eos = true;
         r.sampling.max_tokens = out_range->first + static_cast<int>(rng() % (out_range->second - out_range->first + 1));
@@ -135,7 +137,7 @@ int cmd_bench_serve(const BenchServeArgs& a) {
             {"input_len", a.input_len}, {"output_len", a.output_len}, {"seed", a.seed}, {"policy", a.policy},
             {"temperature", a.temperature}, {"top_p", a.top_p}, {"top_k", a.top_k}, {"min_p", a.min_p},
             {"repeat_penalty", a.repeat_penalty}, {"presence_penalty", a.presence_penalty},
-            {"frequency_penalty", a.frequency_penalty},
+            {"frequency_penalty", a.frequency_penalty}, {"logprobs", a.logprobs},
             {"max_batched_tokens", a.max_batched_tokens}, {"max_seqs", a.max_seqs},
             {"max_prefill_chunk", a.max_prefill_chunk}, {"kv_cache", (*engine)->startup_report()},
             {"input_tokens", n_in}, {"output_tokens", n_out}, {"failed", n_failed}, {"elapsed_s", elapsed},
@@ -174,6 +176,7 @@ void register_engine_commands(CLI::App& app) {
     s->add_option("--top-k", serve.top_k, "tokens kept (0: all)")->check(CLI::NonNegativeNumber);
     s->add_option("--min-p", serve.min_p, "drop tokens below min_p x the top probability")->check(CLI::Range(0.0, 1.0));
     add_penalty_flags(s, &serve.repeat_penalty, &serve.presence_penalty, &serve.frequency_penalty);
+    s->add_option("--logprobs", serve.logprobs, "each token's logprob and the top N (-1: none)")->check(CLI::Range(-1, 20));
     s->add_option("--json-out", serve.json_out, "write the result as JSON");
     s->callback([] { std::exit(cmd_bench_serve(serve)); });
 }
