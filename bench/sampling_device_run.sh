@@ -85,7 +85,6 @@ if has b4b; then
   # (the host path with penalties, MVLLM_CUDA_PENALTIES=0, did not finish in 120 s: 256 host races a step)
   b4b rep_pen1 "--temperature 0.6 --repeat-penalty 1.1" MVLLM_CUDA_PENALTIES=1
   b4b t06_lp5 "--temperature 0.6 --logprobs 5"   # picked on the device, the rows copied for the top 5
-  b4b t06_lp5_host "--temperature 0.6 --logprobs 5 --host-sampling"  # the whole step on the host
   stamp
 fi
 if has ppl; then
