@@ -212,7 +212,10 @@ std::vector<std::string> preset_names() {
 Status make_random_model(const ModelConfig& c, const std::string& out_path, FileType file_type,
                          uint64_t seed, ThreadPool& pool) {
     // Decode speed does not depend on weight values: each matrix is tiled from a pool of
-    // kPoolRows random rows (quantised once), picked at random per row.
+    // kPoolRows random rows (quantised once), picked at random per row. The token embedding and
+    // the output matrix get a random row each, so that a step's logits are distinct values, as a
+    // trained model's: from a pool they took 64 values, each ~2,400 times, and every top_k /
+    // top_p cut fell among ties (the sampling benchmarks then timed a rare path).
     constexpr int kPoolRows = 64;
     TensorFill fill = [&](const WeightSlot& slot, DType type, void* dst) {
         const int64_t n_in = slot.expected_ne[0], n_rows = slot.expected_ne[1];
@@ -226,7 +229,20 @@ Status make_random_model(const ModelConfig& c, const std::string& out_path, File
             return;
         }
         const size_t row_bytes = row_size(type, n_in);
-        const float stddev = slot.id == WeightId::TokenEmbd ? 1.0f : 1.0f / std::sqrt(static_cast<float>(n_in));
+        const float stddev = 1.0f / std::sqrt(static_cast<float>(n_in));
+        if (slot.id == WeightId::TokenEmbd || slot.id == WeightId::Output) {  // logits of sd ~3, as a trained model's
+            const float logit_stddev = 3.0f * stddev;
+            pool.parallel_for(n_rows, [&](int64_t begin, int64_t end) {
+                std::vector<float> row(static_cast<size_t>(n_in));
+                for (int64_t r = begin; r < end; ++r) {
+                    std::mt19937_64 row_rng(seed * 1000003u + static_cast<uint64_t>(slot.id) * 131u + 0x9e3779b97f4a7c15ull * (r + 1));
+                    std::normal_distribution<float> row_normal(0.0f, logit_stddev);
+                    for (float& x : row) x = row_normal(row_rng);
+                    quantize_row(type, row.data(), static_cast<uint8_t*>(dst) + row_bytes * r, n_in);
+                }
+            });
+            return;
+        }
         std::vector<uint8_t> rows(row_bytes * kPoolRows);
         std::vector<float> values(n_in);
         for (int r = 0; r < kPoolRows; ++r) {
