@@ -13,6 +13,7 @@
 #   ncu    the cut's kernels, binned, in one 0.5B top_p step of 128 rows
 # Usage (repo root, scripts/device_deps.sh's files carried):
 #   OUT=dir STAGES="build test gen05 b4b" bash bench/sampling_device_run.sh
+# (B4B_SHORT=1: B4(b) at T 0.6 plain, with the cuts and with top logprobs only)
 set -u -o pipefail
 OUT=${OUT:-$(mktemp -d)}
 STAGES=${STAGES:-build test gen05 gen7 b4b}
@@ -75,15 +76,15 @@ if has b4b; then
   }
   echo "| B4(b) run | env | output tok/s |"
   echo "|---|---|---|"
-  b4b t0 "--temperature 0"
+  [ -z "${B4B_SHORT:-}" ] && b4b t0 "--temperature 0"
   b4b t06 "--temperature 0.6"
-  b4b t06_outlined "--temperature 0.6" MVLLM_CUDA_DRAW_OUTLINED=1
+  [ -z "${B4B_SHORT:-}" ] && b4b t06_outlined "--temperature 0.6" MVLLM_CUDA_DRAW_OUTLINED=1
   for c in 0 1; do
     b4b p095_cut$c "--temperature 0.6 --top-p 0.95" MVLLM_CUDA_BINNED_CUT=$c
     b4b k40_cut$c "--temperature 0.6 --top-k 40" MVLLM_CUDA_BINNED_CUT=$c
   done
   # (the host path with penalties, MVLLM_CUDA_PENALTIES=0, did not finish in 120 s: 256 host races a step)
-  b4b rep_pen1 "--temperature 0.6 --repeat-penalty 1.1" MVLLM_CUDA_PENALTIES=1
+  [ -z "${B4B_SHORT:-}" ] && b4b rep_pen1 "--temperature 0.6 --repeat-penalty 1.1" MVLLM_CUDA_PENALTIES=1
   b4b t06_lp5 "--temperature 0.6 --logprobs 5"   # picked on the device, the rows copied for the top 5
   stamp
 fi
