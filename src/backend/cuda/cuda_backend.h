@@ -44,25 +44,26 @@ struct CudaBackendOptions {
     // MVLLM_CUDA_FED_TOKENS=0 turns it off, =1 on.
     bool fed_tokens_on_device = true;
     // The engine passes penalised rows to argmax_rows, which applies their penalties on the
-    // device (cuda::launch_penalties), instead of copying their logits to its sampler. Off until a
-    // device run has checked it against the host (CudaOps.PenalisedPicksEqualTheHost);
-    // MVLLM_CUDA_PENALTIES=1 turns it on. argmax_rows applies penalties it is given either way.
-    bool penalties_on_device = false;
+    // device (cuda::launch_penalties), instead of copying their logits to its sampler: 0.5B batch-1
+    // T 1 with repetition and frequency penalties 585 -> 1,601 tok/s on the H100 (bench/NOTES.md,
+    // twenty-ninth session). MVLLM_CUDA_PENALTIES=0 turns it off. argmax_rows applies penalties it
+    // is given either way.
+    bool penalties_on_device = true;
     // top_k / top_p cuts start with a histogram of each row's distances below its max over many
     // CTAs per row, so that the exact one-CTA selection reads one bin's values instead of the whole
-    // row (draw_cut.cu; the same cuts). Off until a device run has checked and timed it;
-    // MVLLM_CUDA_BINNED_CUT=1 turns it on.
-    bool binned_cut = false;
-    // The draw kernel's race score in one out-of-line function: inlined into the kernel's unrolled
-    // loop, its double logarithms made the warps wait on instruction fetch 60 % of the time (ncu,
-    // twenty-seventh session; the likely cause of B4(b)'s 8-12 % gap between drawn and greedy
-    // steps). Off until measured; MVLLM_CUDA_DRAW_OUTLINED=1 turns it on.
+    // row (draw_cut.cu; the same cuts): 0.5B batch-1 top_p 0.95 829 -> 1,548 tok/s, B4(b) top_p
+    // +13 %, top_k unchanged (H100, twenty-ninth session). MVLLM_CUDA_BINNED_CUT=0 turns it off.
+    bool binned_cut = true;
+    // The draw kernel's race score in one out-of-line function (its inlined double logarithms made
+    // the warps wait on instruction fetch 60 % of the time, ncu, twenty-seventh session). Measured
+    // no faster (H100, twenty-ninth session: batch 1 and B4(b) within 1 %), so off;
+    // MVLLM_CUDA_DRAW_OUTLINED=1 turns it on.
     bool draw_score_outlined = false;
     // The engine scores prompt positions (prompt_logprobs up to 1) through argmax_rows' targets on
-    // the device (cuda::launch_target_logprob) instead of copying their logits to the host. Off
-    // until a device run has checked it (CudaOps.TargetLogprobsEqualTheHost);
-    // MVLLM_CUDA_ROW_SCORES=1 turns it on. argmax_rows scores targets it is given either way.
-    bool scores_targets = false;
+    // the device (cuda::launch_target_logprob) instead of copying their logits to the host:
+    // `perplexity` on the 0.5B 4,790 -> 56,056 tok/s (H100, twenty-ninth session).
+    // MVLLM_CUDA_ROW_SCORES=0 turns it off. argmax_rows scores targets it is given either way.
+    bool scores_targets = true;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).
