@@ -153,6 +153,11 @@ struct EngineOptions {
     // Sample every token on the host from copied logits, even where the backend could pick it
     // (greedy, or drawn with temperature, top_k, top_p and min_p: core/draw.h): for comparisons.
     bool host_sampling = false;
+    // The logits a step whose tokens the backend picks may copy back for the rows scored on the
+    // host (top logprobs, a drawn token's logprob, prompt logprobs beyond what the backend
+    // scores), in bytes: pinned host memory on CUDA, two steps' worth. A step that needs more
+    // copies every row to the host sampler instead (256 MiB: 441 rows of a 151,936-token vocabulary).
+    int64_t max_copied_logits_bytes = int64_t{256} << 20;
 };
 
 // Text streaming. The engine asks the factory for one decoder per request; without a factory and

@@ -169,18 +169,40 @@ static PromptRows prompt_rows(const ScheduledSequence& s) {
 // (core/draw.h: top_k, top_p, min_p), after the penalties. What a row wants scored beside its token
 // is scored on the device where it can be (a greedy row's own logprob; a prompt row's target where
 // the backend scores_targets(), prompt_logprobs up to 1, in a step without draws), else the row's
-// logits come back to the host alone (TokenPicks::copies: top logprobs, a drawn token's logprob).
-static bool backend_picks_tokens(const SchedulerOutput& plan, const Backend& backend) {
+// logits come back to the host alone (TokenPicks::copies: top logprobs, a drawn token's logprob),
+// up to EngineOptions::max_copied_logits_bytes a step; a step that needs more copies every row to
+// the host sampler.
+struct HostScored {
+    bool drawn = false;    // some row is drawn: no device logprobs in the step
+    bool targets = false;  // prompt rows' targets scored by the backend
+    bool prompt_row(const SamplingParams& p) const { return !(targets && p.prompt_logprobs <= 1); }
+    bool sampled_row(const SamplingParams& p) const { return p.logprobs > 0 || (p.logprobs == 0 && drawn); }
+};
+static HostScored host_scored(const SchedulerOutput& plan, const Backend& backend) {
+    HostScored h;
+    h.drawn = std::any_of(plan.scheduled.begin(), plan.scheduled.end(),
+                          [](const ScheduledSequence& s) { return s.sample && !is_greedy(s.seq->params); });
+    h.targets = !h.drawn && backend.scores_targets();
+    return h;
+}
+static bool backend_picks_tokens(const SchedulerOutput& plan, const Backend& backend, int64_t n_vocab,
+                                 int64_t max_copied_bytes) {
+    const HostScored h = host_scored(plan, backend);
+    int64_t copied = 0;
     for (const ScheduledSequence& s : plan.scheduled) {
+        const SamplingParams& p = s.seq->params;
+        if (h.prompt_row(p)) copied += prompt_rows(s).n;
         if (!s.sample) continue;
-        if ((has_penalties(s.seq->params) && !backend.applies_penalties()) || !s.seq->draft.tokens.empty()) return false;
+        if ((has_penalties(p) && !backend.applies_penalties()) || !s.seq->draft.tokens.empty()) return false;
+        copied += h.sampled_row(p);
     }
-    return true;
+    return copied * n_vocab * static_cast<int64_t>(sizeof(float)) <= max_copied_bytes;
 }
 
 Status Engine::Impl::run_models(const SchedulerOutput& plan) {
     if (speculator) MVLLM_TRY(speculator->propose(plan));
-    greedy_step = !options.host_sampling && backend_picks_tokens(plan, decoder.backend());
+    greedy_step = !options.host_sampling && backend_picks_tokens(plan, decoder.backend(), decoder.config().n_vocab,
+                                                                 options.max_copied_logits_bytes);
     const Batch batch = build_batch(plan);
     if (const int64_t padding = batch.n_tokens() - plan.n_tokens; padding > 0 && pad_block >= 0) {
         std::lock_guard<std::mutex> lock(counters_mu);
@@ -205,9 +227,7 @@ void Engine::Impl::build_picks(const SchedulerOutput& plan, size_t n_logit_rows)
     picks.penalties.clear();
     picks.targets.clear();
     picks.copies.clear();
-    const bool drawn = std::any_of(plan.scheduled.begin(), plan.scheduled.end(),
-                                   [](const ScheduledSequence& s) { return s.sample && !is_greedy(s.seq->params); });
-    const bool targets = !drawn && decoder.backend().scores_targets();
+    const HostScored h = host_scored(plan, decoder.backend());
     device_logprobs = false;
     int32_t row = 0;
     for (const ScheduledSequence& s : plan.scheduled) {
@@ -215,12 +235,12 @@ void Engine::Impl::build_picks(const SchedulerOutput& plan, size_t n_logit_rows)
         const PromptRows pr = prompt_rows(s);
         for (int64_t j = 0; j < pr.n; ++j, ++row) {
             picks.draws.push_back(TokenDraw{});
-            if (targets && seq->params.prompt_logprobs <= 1) {
+            if (h.prompt_row(seq->params)) {
+                picks.copies.push_back(row);
+            } else {
                 picks.targets.resize(static_cast<size_t>(row), -1);
                 picks.targets.push_back(seq->tokens[pr.first + j + 1]);
                 device_logprobs = true;
-            } else {
-                picks.copies.push_back(row);
             }
         }
         if (!s.sample) continue;
@@ -230,11 +250,11 @@ void Engine::Impl::build_picks(const SchedulerOutput& plan, size_t n_logit_rows)
             seq->penalty_counts.append_penalties(p, row, decoder.config().n_vocab, &picks.penalties);
         }
         picks.draws.push_back(is_greedy(p) ? TokenDraw{} : token_draw(p, seq->rng()));
-        if (p.logprobs == 0 && !drawn) device_logprobs = true;
-        else if (p.logprobs >= 0) picks.copies.push_back(row);
+        if (h.sampled_row(p)) picks.copies.push_back(row);
+        else if (p.logprobs == 0) device_logprobs = true;
         ++row;
     }
-    if (drawn) picks.draws.resize(n_logit_rows);
+    if (h.drawn) picks.draws.resize(n_logit_rows);
     else picks.draws.clear();
     if (!picks.targets.empty()) picks.targets.resize(n_logit_rows, -1);
 }

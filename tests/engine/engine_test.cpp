@@ -394,8 +394,10 @@ TEST(Engine, PromptLogprobsMatchTransformers) {
 
 // Prompt logprobs (up to 1 alternative) scored by the backend (argmax_rows' targets, the GPU's
 // way; CpuBackendOptions::scores_targets) equal those the engine scores on its own threads from
-// the copied logits: the same tokens, logprobs and top token, in chunks of 5 beside a sampled
-// request; prompt_logprobs 3 keeps the host path.
+// the rows copied back, in chunks of 5 beside a sampled request: the same tokens, logprobs and top
+// token (prompt_logprobs 3: copied back on both). And with the copies capped at two rows a step
+// (EngineOptions::max_copied_logits_bytes), the steps that need more go to the host sampler
+// whole, with the same results bit for bit.
 TEST(Engine, PromptLogprobsScoredByTheBackendEqualTheHosts) {
     CpuBackendOptions bo;
     bo.n_threads = 1;
@@ -420,9 +422,22 @@ TEST(Engine, PromptLogprobsScoredByTheBackendEqualTheHosts) {
         requests[1].sampling.ignore_eos = true;
         auto on_host = Engine::create(*tiny().decoder, o).value();
         auto on_backend = Engine::create(**decoder, o).value();
-        const std::vector<Outcome> a = run_all(*on_host, requests), b = run_all(*on_backend, requests);
+        EngineOptions capped = o;
+        capped.max_copied_logits_bytes = 2 * tiny().decoder->config().n_vocab * static_cast<int64_t>(sizeof(float));
+        auto whole_steps = Engine::create(*tiny().decoder, capped).value();
+        const std::vector<Outcome> a = run_all(*on_host, requests), b = run_all(*on_backend, requests),
+                                   c = run_all(*whole_steps, requests);
         EXPECT_EQ(a[0].tokens, b[0].tokens);
         EXPECT_EQ(a[1].tokens, b[1].tokens);
+        EXPECT_EQ(c[0].tokens, a[0].tokens);
+        EXPECT_EQ(c[1].tokens, a[1].tokens);
+        ASSERT_EQ(c[0].prompt_logprobs.size(), ref.prompt.size() - 1);
+        for (size_t k = 0; k < c[0].prompt_logprobs.size(); ++k) {
+            const TokenLogprob &x = a[0].prompt_logprobs[k], &z = c[0].prompt_logprobs[k];
+            EXPECT_EQ(z.token, x.token);
+            EXPECT_EQ(z.logprob, x.logprob) << "position " << k;
+            EXPECT_EQ(z.top, x.top) << "position " << k;
+        }
         ASSERT_EQ(a[0].prompt_logprobs.size(), ref.prompt.size() - 1);
         ASSERT_EQ(b[0].prompt_logprobs.size(), ref.prompt.size() - 1);
         for (size_t k = 0; k < a[0].prompt_logprobs.size(); ++k) {
