@@ -208,10 +208,8 @@ public:
                         r.target_logprobs.empty() ? nullptr : r.target_logprobs.data(), r.copied.data());
         return r.ticket;
     }
-    // target_logprob (or null): the rows' target logprobs, when the ticket's picks had targets;
-    // copied (or null): the rows its picks.copies named.
-    virtual void argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob = nullptr,
-                               float* copied = nullptr) {
+    // target_logprob (or null): the rows' target logprobs, when the ticket's picks had targets.
+    virtual void argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob = nullptr) {
         const HostGreedy& r = host_greedy_[ticket % 2];
         MVLLM_CHECK(r.ticket == ticket) << "greedy result " << ticket << " is no longer kept";
         MVLLM_CHECK(!logprob || r.logprobs.size() == r.tokens.size()) << "greedy result " << ticket << " has no logprobs";
@@ -220,7 +218,13 @@ public:
         std::copy(r.tokens.begin(), r.tokens.end(), dst);
         if (logprob) std::copy(r.logprobs.begin(), r.logprobs.end(), logprob);
         if (target_logprob) std::copy(r.target_logprobs.begin(), r.target_logprobs.end(), target_logprob);
-        if (copied) std::copy(r.copied.begin(), r.copied.end(), copied);
+    }
+    // The rows a ticket's picks.copies named, [copies][width] in host memory, read in place (a
+    // vocabulary row is 0.6 MB); valid, as the ticket's results, until ticket + 2 is enqueued.
+    virtual const float* copied_rows(uint64_t ticket) const {
+        const HostGreedy& r = host_greedy_[ticket % 2];
+        MVLLM_CHECK(r.ticket == ticket) << "greedy result " << ticket << " is no longer kept";
+        return r.copied.data();
     }
     // The ticket of the last argmax_enqueue on this backend (0: none yet).
     uint64_t last_argmax_ticket() const { return argmax_tickets_; }

@@ -68,7 +68,7 @@ struct Engine::Impl {
     std::vector<int32_t> argmax;  // [n_sampled]: the step's tokens when the backend picked them
     std::vector<float> argmax_logprob;  // [n_sampled]: their log-softmax, when a request asked for it
     std::vector<float> target_logprob;  // [logit rows]: prompt rows' scores, when the backend took them
-    std::vector<float> copied;          // [picks.copies][n_vocab]: the rows scored on the host
+    const float* copied = nullptr;      // [picks.copies][n_vocab]: the rows scored on the host (backend's)
     TokenPicks picks;  // the backend's penalties and draws of a greedy_step (draws empty: all argmax)
     std::unique_ptr<ThreadPool> row_pool;  // the host's row scores (sample), made on first use
     bool greedy_step = false;      // the backend picked the tokens (argmax or draw on the device)
@@ -302,7 +302,7 @@ void Engine::Impl::sample(SchedulerOutput* plan) {
     const auto host_row = [&](size_t r) -> const float* {  // row r's logits on the host, or null
         if (!greedy_step) return logits.data() + r * n_vocab;
         if (next_copy < picks.copies.size() && picks.copies[next_copy] == static_cast<int32_t>(r))
-            return copied.data() + next_copy++ * n_vocab;
+            return copied + next_copy++ * n_vocab;
         return nullptr;
     };
     size_t row = 0;

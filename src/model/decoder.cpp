@@ -183,7 +183,7 @@ Status Decoder::forward(const Batch& batch, KvCache& cache, std::vector<float>* 
 
 Status Decoder::forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens,
                                std::vector<float>* logprobs, const TokenPicks& picks,
-                               std::vector<float>* target_logprobs, std::vector<float>* copied) {
+                               std::vector<float>* target_logprobs, const float** copied) {
     MVLLM_ASSIGN_OR_RETURN(const uint64_t ticket, forward_greedy_enqueue(batch, cache, logprobs != nullptr, picks));
     return greedy_result(ticket, tokens, logprobs, target_logprobs, copied);
 }
@@ -209,7 +209,7 @@ Result<uint64_t> Decoder::forward_greedy_enqueue(const Batch& batch, KvCache& ca
 }
 
 Status Decoder::greedy_result(uint64_t ticket, std::vector<int32_t>* tokens, std::vector<float>* logprobs,
-                              std::vector<float>* target_logprobs, std::vector<float>* copied) {
+                              std::vector<float>* target_logprobs, const float** copied) {
     const GreedyStep& g = greedy_[ticket % 2];
     if (ticket == 0 || g.ticket != ticket || ticket + 1 < backend_.last_argmax_ticket())
         return make_error("greedy step ", ticket, " is not kept (the backend keeps its last two)");
@@ -218,10 +218,11 @@ Status Decoder::greedy_result(uint64_t ticket, std::vector<int32_t>* tokens, std
     tokens->resize(static_cast<size_t>(g.rows));
     if (logprobs) logprobs->resize(tokens->size());
     if (target_logprobs) target_logprobs->resize(tokens->size());
-    if (copied) copied->resize(static_cast<size_t>(g.copies * config_.n_vocab));
+    if (copied && g.copies == 0) return make_error("greedy step ", ticket, " was queued without copied rows");
     if (g.rows > 0)
         backend_.argmax_result(ticket, tokens->data(), logprobs ? logprobs->data() : nullptr,
-                               target_logprobs ? target_logprobs->data() : nullptr, copied ? copied->data() : nullptr);
+                               target_logprobs ? target_logprobs->data() : nullptr);
+    if (copied) *copied = backend_.copied_rows(ticket);
     return Status::ok();
 }
 

@@ -41,11 +41,12 @@ public:
     // log-softmax (Backend::argmax_rows). picks (core/draw.h): penalties applied to the logits
     // first, and draws (empty, or one per logit row): a row whose temperature is above 0 is
     // instead drawn by the backend (core/race.h; no logprob for it); with targets (and logprobs),
-    // target_logprobs receives each target token's log-softmax; copied receives the penalised
-    // logits of the rows picks.copies names, [copies][n_vocab].
+    // target_logprobs receives each target token's log-softmax; *copied points at the penalised
+    // logits of the rows picks.copies names, [copies][n_vocab], in the backend's memory (valid until
+    // the next greedy step but one, Backend::copied_rows).
     Status forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens,
                           std::vector<float>* logprobs = nullptr, const TokenPicks& picks = {},
-                          std::vector<float>* target_logprobs = nullptr, std::vector<float>* copied = nullptr);
+                          std::vector<float>* target_logprobs = nullptr, const float** copied = nullptr);
     // forward_greedy in two halves: queues the pass and its argmax and returns a ticket for
     // greedy_result. A batch may name a token as fed_token(r) (kv/batch.h): row r of this
     // decoder's last greedy step, which must be the backend's last argmax. A backend that
@@ -56,7 +57,7 @@ public:
     // The tokens (and logprobs, target logprobs and copied rows, when enqueued with them) of one
     // of the last two greedy steps.
     Status greedy_result(uint64_t ticket, std::vector<int32_t>* tokens, std::vector<float>* logprobs = nullptr,
-                         std::vector<float>* target_logprobs = nullptr, std::vector<float>* copied = nullptr);
+                         std::vector<float>* target_logprobs = nullptr, const float** copied = nullptr);
 
 private:
     Decoder(const ModelConfig& config, Backend& backend, const DecoderOptions& options)

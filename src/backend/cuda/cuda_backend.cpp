@@ -739,7 +739,7 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
     return ticket;
 }
 
-void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob, float* copied) {
+void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob) {
     Impl& im = *impl_;
     const size_t s = ticket % 2;
     const Impl::ArgmaxSlot& slot = im.argmax_slots[s];
@@ -750,7 +750,6 @@ void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob, f
     std::memcpy(dst, im.argmax_out + s * im.argmax_capacity, slot.rows * sizeof(int32_t));
     if (logprob) std::memcpy(logprob, im.argmax_logprob + s * im.argmax_capacity, slot.rows * sizeof(float));
     if (target_logprob) std::memcpy(target_logprob, im.target_out + s * im.target_capacity, slot.rows * sizeof(float));
-    if (copied) std::memcpy(copied, im.copies_host + s * im.copy_capacity, slot.copied * sizeof(float));
     // A step's result read before the next step is queued: the host's turn between two steps.
     Impl::GraphTiming& t = im.graph_timing;
     if (t.enabled && ticket == last_argmax_ticket() && t.launched != std::chrono::steady_clock::time_point{}) {
@@ -763,10 +762,20 @@ void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob, f
 
 void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob, const TokenPicks& picks,
                               float* target_logprob, float* copied) {
-    argmax_result(argmax_enqueue(x, logprob != nullptr, picks), dst, logprob, target_logprob, copied);
+    const uint64_t ticket = argmax_enqueue(x, logprob != nullptr, picks);
+    argmax_result(ticket, dst, logprob, target_logprob);
+    if (copied) std::memcpy(copied, copied_rows(ticket), impl_->argmax_slots[ticket % 2].copied * sizeof(float));
 }
 
 bool CudaBackend::scores_targets() const { return impl_->options.scores_targets; }
+
+const float* CudaBackend::copied_rows(uint64_t ticket) const {
+    const Impl& im = *impl_;
+    const size_t s = ticket % 2;
+    MVLLM_CHECK(ticket != 0 && im.argmax_slots[s].ticket == ticket) << "greedy result " << ticket << " is no longer kept";
+    // Complete once the slot's event is (argmax_result waited for it): the copies precede it.
+    return im.copies_host + s * im.copy_capacity;
+}
 
 std::pair<uint64_t, uint64_t> CudaBackend::binned_cut_rows() {
     Impl& im = *impl_;

@@ -141,8 +141,9 @@ public:
     // The argmax (or draw) kernels queued on the stream; their results land in one of two mapped
     // host slots (ticket % 2) and, for fed tokens, in a device buffer the embedding reads.
     uint64_t argmax_enqueue(const TensorView& x, bool logprob, const TokenPicks& picks = {}) override;
-    void argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob = nullptr,
-                       float* copied = nullptr) override;
+    void argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob = nullptr) override;
+    // In the slot's pinned staging, written by copies queued before the argmax kernels.
+    const float* copied_rows(uint64_t ticket) const override;
     bool applies_penalties() const override;
     bool scores_targets() const override;
     bool embeds_fed_tokens() const override;
