@@ -17,6 +17,7 @@
 #include "kv/block_manager.h"
 #include "model/decoder.h"
 #include "engine/perplexity.h"
+#include "engine/sampler.h"
 #include "model/generate.h"
 #include "../model/golden_util.h"
 
@@ -323,6 +324,37 @@ TEST(Engine, BackendDrawsEqualHostSampling) {
         plain.sampling.frequency_penalty = 0.0f;
         auto e3 = Engine::create(*tiny().decoder, small_options(256)).value();
         EXPECT_NE(run_all(*e3, {plain})[0].tokens, a[i].tokens) << "request " << i;
+    }
+}
+
+// Twelve penalised requests in one step (their lists built on the engine's row pool, from 8 rows
+// on) give the host sampler's tokens: greedy and drawn, repetition, presence, frequency and a logit
+// bias in turn.
+TEST(Engine, ManyPenalisedRowsEqualHostSampling) {
+    std::mt19937 rng(29);
+    std::vector<Request> requests(12);
+    for (size_t i = 0; i < requests.size(); ++i) {
+        SamplingParams& p = requests[i].sampling;
+        requests[i].prompt_ids = random_prompt(rng, 6 + 2 * static_cast<int>(i));
+        p.temperature = i % 3 == 0 ? 0.0f : 0.9f;
+        p.top_k = i % 4 == 1 ? 10 : 0;
+        p.repetition_penalty = i % 2 ? 1.4f : 1.0f;
+        p.presence_penalty = i % 3 == 1 ? 0.6f : 0.0f;
+        p.frequency_penalty = i % 4 == 2 ? 0.8f : i % 5 == 0 ? -1.5f : 0.0f;
+        if (i % 6 == 3) p.logit_bias = {{3, 2.0f}, {40, -4.0f}};
+        if (!has_penalties(p)) p.repetition_penalty = 1.2f;
+        p.seed = 300 + static_cast<int64_t>(i);
+        p.max_tokens = 12;
+        p.ignore_eos = true;
+    }
+    EngineOptions host = small_options(256);
+    host.host_sampling = true;
+    auto on_backend = Engine::create(*tiny().decoder, small_options(256)).value();
+    auto on_host = Engine::create(*tiny().decoder, host).value();
+    const std::vector<Outcome> a = run_all(*on_backend, requests), b = run_all(*on_host, requests);
+    for (size_t i = 0; i < requests.size(); ++i) {
+        ASSERT_EQ(a[i].tokens.size(), 12u) << "request " << i;
+        EXPECT_EQ(a[i].tokens, b[i].tokens) << "request " << i;
     }
 }
 
