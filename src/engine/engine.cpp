@@ -5,7 +5,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -17,6 +16,7 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/speculative.h"
+#include "engine/step_picks.h"
 #include "engine/text_stream.h"
 #include "model/decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -105,10 +105,8 @@ struct Engine::Impl {
     void drain_inbox();
     Status run_models(const SchedulerOutput& plan);
     Batch build_batch(const SchedulerOutput& plan) const;
-    void build_picks(const SchedulerOutput& plan, size_t n_logit_rows);
-    void list_penalties(const std::vector<std::pair<Sequence*, int32_t>>& rows);
     // fn(begin, end) over [0, n): on the row pool from kPoolRows rows on, else on this thread.
-    void for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+    void for_rows(int64_t n, const RowRange& fn);
     void sample(SchedulerOutput* plan);
     void postprocess(const SchedulerOutput& plan);
     bool check_stop(Sequence* seq, int32_t token, int64_t n_output, std::string* text, FinishReason* reason);
@@ -153,56 +151,6 @@ bool Engine::Impl::step(Status* status) {
     return true;
 }
 
-// The prompt positions of a scheduled chunk whose logits give prompt logprobs still missing
-// (SamplingParams::prompt_logprobs): [first, first + n), which ends where the chunk does or, in the
-// prompt's last chunk, at its last position (whose logits sample the first token). So the rows are
-// a suffix of the chunk, with the sampling row after them.
-struct PromptRows {
-    int64_t first = 0, n = 0;
-};
-static PromptRows prompt_rows(const ScheduledSequence& s) {
-    const Sequence& q = *s.seq;
-    if (!q.wants_prompt_rows()) return {};
-    const int64_t first = std::max<int64_t>(q.n_computed, static_cast<int64_t>(q.prompt_logprobs.size()));
-    const int64_t last = std::min<int64_t>(q.n_computed + s.n_tokens, q.n_prompt - 1);
-    return {first, std::max<int64_t>(0, last - first)};
-}
-
-// A step whose sampled rows have no drafts, and no penalties where the backend cannot apply them,
-// lets the backend pick the tokens: the argmax of greedy rows, draw_row's token of sampled ones
-// (core/draw.h: top_k, top_p, min_p), after the penalties. What a row wants scored beside its token
-// is scored on the device where it can be (a greedy row's own logprob; a prompt row's target where
-// the backend scores_targets(), prompt_logprobs up to 1, in a step without draws), else the row's
-// logits come back to the host alone (TokenPicks::copies: top logprobs, a drawn token's logprob),
-// up to EngineOptions::max_copied_logits_bytes a step; a step that needs more copies every row to
-// the host sampler.
-struct HostScored {
-    bool drawn = false;    // some row is drawn: no device logprobs in the step
-    bool targets = false;  // prompt rows' targets scored by the backend
-    bool prompt_row(const SamplingParams& p) const { return !(targets && p.prompt_logprobs <= 1); }
-    bool sampled_row(const SamplingParams& p) const { return p.logprobs > 0 || (p.logprobs == 0 && drawn); }
-};
-static HostScored host_scored(const SchedulerOutput& plan, const Backend& backend) {
-    HostScored h;
-    h.drawn = std::any_of(plan.scheduled.begin(), plan.scheduled.end(),
-                          [](const ScheduledSequence& s) { return s.sample && !is_greedy(s.seq->params); });
-    h.targets = !h.drawn && backend.scores_targets();
-    return h;
-}
-static bool backend_picks_tokens(const SchedulerOutput& plan, const Backend& backend, int64_t n_vocab,
-                                 int64_t max_copied_bytes) {
-    const HostScored h = host_scored(plan, backend);
-    int64_t copied = 0;
-    for (const ScheduledSequence& s : plan.scheduled) {
-        const SamplingParams& p = s.seq->params;
-        if (h.prompt_row(p)) copied += prompt_rows(s).n;
-        if (!s.sample) continue;
-        if ((has_penalties(p) && !backend.applies_penalties()) || !s.seq->draft.tokens.empty()) return false;
-        copied += h.sampled_row(p);
-    }
-    return copied * n_vocab * static_cast<int64_t>(sizeof(float)) <= max_copied_bytes;
-}
-
 Status Engine::Impl::run_models(const SchedulerOutput& plan) {
     if (speculator) MVLLM_TRY(speculator->propose(plan));
     greedy_step = !options.host_sampling && backend_picks_tokens(plan, decoder.backend(), decoder.config().n_vocab,
@@ -213,7 +161,8 @@ Status Engine::Impl::run_models(const SchedulerOutput& plan) {
         counters.n_padding_rows += padding;
     }
     if (greedy_step) {
-        build_picks(plan, batch.logit_rows.size());
+        device_logprobs = build_picks(plan, decoder.backend(), decoder.config().n_vocab, batch.logit_rows.size(),
+                                      [this](int64_t n, const RowRange& fn) { for_rows(n, fn); }, &picks);
         return decoder.forward_greedy(batch, *cache, &argmax, device_logprobs ? &argmax_logprob : nullptr, picks,
                                       picks.targets.empty() ? nullptr : &target_logprob,
                                       picks.copies.empty() ? nullptr : &copied);
@@ -221,74 +170,7 @@ Status Engine::Impl::run_models(const SchedulerOutput& plan) {
     return decoder.forward(batch, *cache, &logits);
 }
 
-// The backend's picks for a greedy_step, row by row: a prompt row's target (the prompt token it
-// predicts) or its copy; one value of each drawing request's generator per token, as sample_token
-// takes it; the penalties of a sampling row from its sequence's counts, brought up to date; the
-// copy of a sampling row whose logprobs the device does not give (rows past the sampled ones are
-// padding: argmax).
-void Engine::Impl::build_picks(const SchedulerOutput& plan, size_t n_logit_rows) {
-    picks.draws.clear();
-    picks.penalties.clear();
-    picks.targets.clear();
-    picks.copies.clear();
-    const HostScored h = host_scored(plan, decoder.backend());
-    device_logprobs = false;
-    std::vector<std::pair<Sequence*, int32_t>> penalised;  // (sequence, row)
-    int32_t row = 0;
-    for (const ScheduledSequence& s : plan.scheduled) {
-        Sequence* seq = s.seq;
-        const PromptRows pr = prompt_rows(s);
-        for (int64_t j = 0; j < pr.n; ++j, ++row) {
-            picks.draws.push_back(TokenDraw{});
-            if (h.prompt_row(seq->params)) {
-                picks.copies.push_back(row);
-            } else {
-                picks.targets.resize(static_cast<size_t>(row), -1);
-                picks.targets.push_back(seq->tokens[pr.first + j + 1]);
-                device_logprobs = true;
-            }
-        }
-        if (!s.sample) continue;
-        const SamplingParams& p = seq->params;
-        if (has_penalties(p)) penalised.push_back({seq, row});
-        picks.draws.push_back(is_greedy(p) ? TokenDraw{} : token_draw(p, seq->rng()));
-        if (h.sampled_row(p)) picks.copies.push_back(row);
-        else if (p.logprobs == 0) device_logprobs = true;
-        ++row;
-    }
-    if (h.drawn) picks.draws.resize(n_logit_rows);
-    else picks.draws.clear();
-    if (!picks.targets.empty()) picks.targets.resize(n_logit_rows, -1);
-    list_penalties(penalised);
-}
-
-// picks.penalties: each penalised row's entries from its sequence's counts, brought up to date, in
-// row order. A served row lists every distinct token of its context (~1,000 entries at B4(b)'s
-// lengths, ~7 us), so a step of 256 rows is listed on the row pool, each sequence into its own
-// scratch, then copied into place.
-void Engine::Impl::list_penalties(const std::vector<std::pair<Sequence*, int32_t>>& rows) {
-    const int64_t n = static_cast<int64_t>(rows.size()), n_vocab = decoder.config().n_vocab;
-    for_rows(n, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-            Sequence* seq = rows[static_cast<size_t>(i)].first;
-            seq->penalty_counts.update(seq->tokens, seq->n_prompt);
-            seq->penalty_list.clear();
-            seq->penalty_counts.append_penalties(seq->params, rows[static_cast<size_t>(i)].second, n_vocab,
-                                                 &seq->penalty_list);
-        }
-    });
-    std::vector<size_t> at(rows.size() + 1, 0);
-    for (size_t i = 0; i < rows.size(); ++i) at[i + 1] = at[i] + rows[i].first->penalty_list.size();
-    picks.penalties.resize(at.back());
-    for_rows(n, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-            const std::vector<TokenPenalty>& list = rows[static_cast<size_t>(i)].first->penalty_list;
-            std::copy(list.begin(), list.end(), picks.penalties.begin() + static_cast<ptrdiff_t>(at[static_cast<size_t>(i)]));
-        }
-    });
-}
-
-void Engine::Impl::for_rows(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+void Engine::Impl::for_rows(int64_t n, const RowRange& fn) {
     constexpr int64_t kPoolRows = 8;
     if (n < kPoolRows) return fn(0, n);
     if (!row_pool) row_pool = std::make_unique<ThreadPool>(ThreadPool::hardware_threads());
