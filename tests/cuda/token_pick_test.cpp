@@ -244,15 +244,15 @@ TEST(CudaOps, TargetLogprobsEqualTheHost) {
         TokenPicks picks;
         picks.targets = {3, -1, static_cast<int32_t>(width - 1), 0, static_cast<int32_t>(width / 2)};
         picks.penalties = {{4, static_cast<int32_t>(width / 2), 1.5f, 1.3f, 0.0f}};  // row 4's target, biased
-        picks.copies = {1, 4};  // rows scored on the host come back, penalised
+        picks.copies = {1, 2, 4};  // rows scored on the host come back, penalised (a run of two, one alone)
         std::vector<float> host = x;
         penalise_rows(host.data(), width, picks.penalties);
         TensorView t = begin_with_input(*be, x, width, n_rows);
         std::vector<int32_t> got(n_rows);
-        std::vector<float> lp(n_rows), target(n_rows, 7.0f), copied(2 * width);
+        std::vector<float> lp(n_rows), target(n_rows, 7.0f), copied(3 * width);
         be->argmax_rows(t, got.data(), lp.data(), picks, target.data(), copied.data());
-        EXPECT_TRUE(std::equal(copied.begin(), copied.begin() + width, host.begin() + width));
-        EXPECT_TRUE(std::equal(copied.begin() + width, copied.end(), host.begin() + 4 * width));
+        EXPECT_TRUE(std::equal(copied.begin(), copied.begin() + 2 * width, host.begin() + width));
+        EXPECT_TRUE(std::equal(copied.begin() + 2 * width, copied.end(), host.begin() + 4 * width));
         for (int64_t r = 0; r < n_rows; ++r) {
             const float* row = host.data() + r * width;
             EXPECT_EQ(got[r], row_argmax(row, width)) << "width " << width << " row " << r;

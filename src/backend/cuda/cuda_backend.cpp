@@ -701,9 +701,11 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
         im.ensure_copies(copied);
         float* host = im.copies_host + s * im.copy_capacity;
         const float* rows_dev = static_cast<const float*>(x.data);
-        for (size_t i = 0; i < picks.copies.size(); ++i)
+        for (size_t i = 0, j = 0; i < picks.copies.size(); i = j) {  // one copy per run of consecutive rows
+            for (j = i + 1; j < picks.copies.size() && picks.copies[j] == picks.copies[j - 1] + 1;) ++j;
             MVLLM_CUDA_OK(cudaMemcpyAsync(host + i * width, rows_dev + static_cast<size_t>(picks.copies[i]) * width,
-                                          width * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
+                                          (j - i) * width * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
+        }
     }
     Impl::ArgmaxSlot& slot = im.argmax_slots[s];
     slot.ticket = ticket;
