@@ -13,7 +13,7 @@
 #   ncu    the cut's kernels, binned, in one 0.5B top_p step of 128 rows
 # Usage (repo root, scripts/device_deps.sh's files carried):
 #   OUT=dir STAGES="build test gen05 b4b" bash bench/sampling_device_run.sh
-# (B4B_SHORT=1: B4(b) at T 0.6 plain, with the cuts and with top logprobs only)
+# (B4B_SHORT=1: B4(b) at T 0.6 plain, with the cuts, a repetition penalty and top logprobs only)
 set -u -o pipefail
 OUT=${OUT:-$(mktemp -d)}
 STAGES=${STAGES:-build test gen05 gen7 b4b}
@@ -84,8 +84,10 @@ if has b4b; then
     b4b k40_cut$c "--temperature 0.6 --top-k 40" MVLLM_CUDA_BINNED_CUT=$c
   done
   # (the host path with penalties, MVLLM_CUDA_PENALTIES=0, did not finish in 120 s: 256 host races a step)
-  [ -z "${B4B_SHORT:-}" ] && b4b rep_pen1 "--temperature 0.6 --repeat-penalty 1.1" MVLLM_CUDA_PENALTIES=1
-  b4b t06_lp5 "--temperature 0.6 --logprobs 5"   # picked on the device, the rows copied for the top 5
+  b4b rep_pen1 "--temperature 0.6 --repeat-penalty 1.1" MVLLM_CUDA_PENALTIES=1
+  b4b t06_lp5 "--temperature 0.6 --logprobs 5"   # picked and scored on the device (launch_row_scores)
+  b4b t06_lp20 "--temperature 0.6 --logprobs 20"
+  b4b t06_lp5_copies "--temperature 0.6 --logprobs 5" MVLLM_CUDA_TOP_SCORES=0   # the rows copied, scored on the host
   stamp
 fi
 if has ppl; then

@@ -162,9 +162,12 @@ public:
     // instead (top_k, top_p, min_p, the race); such rows have no logprob. A row with a target
     // (picks.targets[r] >= 0) also gives target_logprob[r], that token's log-softmax (0 for the
     // other rows, when picks has targets). copied [picks.copies.size()][width] receives the rows
-    // picks.copies names, penalised. The default copies x to the host and computes there.
+    // picks.copies names, penalised; scores [picks.scores.size()] the RowScore of each row
+    // picks.scores names (core/draw.h), penalised, of its token or else of dst[row]. The default
+    // copies x to the host and computes there (score_row).
     virtual void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr,
-                             const TokenPicks& picks = {}, float* target_logprob = nullptr, float* copied = nullptr) {
+                             const TokenPicks& picks = {}, float* target_logprob = nullptr, float* copied = nullptr,
+                             RowScore* scores = nullptr) {
         std::vector<float> host(static_cast<size_t>(x.n_elements()));
         to_host(x, host.data());
         const int64_t width = x.ne[0];
@@ -188,6 +191,10 @@ public:
             if (target_logprob && !picks.targets.empty())
                 target_logprob[r] = picks.targets[r] < 0 ? 0.0f : static_cast<float>(row[picks.targets[r]] - log_z);
         }
+        for (size_t i = 0; scores && i < picks.scores.size(); ++i) {
+            const ScoreAsk& a = picks.scores[i];
+            scores[i] = score_row(host.data() + a.row * width, width, a.token >= 0 ? a.token : dst[a.row], a.n_top);
+        }
     }
 
     // ---- Greedy decoding a step ahead: argmax_rows in two halves, so that a caller can queue the
@@ -203,9 +210,11 @@ public:
         r.logprobs.resize(logprob ? r.tokens.size() : 0);
         r.target_logprobs.assign(picks.targets.empty() ? 0 : r.tokens.size(), 0.0f);
         r.copied.resize(picks.copies.size() * static_cast<size_t>(x.ne[0]));
+        r.scores.resize(picks.scores.size());
         if (!r.tokens.empty())
             argmax_rows(x, r.tokens.data(), logprob ? r.logprobs.data() : nullptr, picks,
-                        r.target_logprobs.empty() ? nullptr : r.target_logprobs.data(), r.copied.data());
+                        r.target_logprobs.empty() ? nullptr : r.target_logprobs.data(), r.copied.data(),
+                        r.scores.data());
         return r.ticket;
     }
     // target_logprob (or null): the rows' target logprobs, when the ticket's picks had targets.
@@ -226,6 +235,12 @@ public:
         MVLLM_CHECK(r.ticket == ticket) << "greedy result " << ticket << " is no longer kept";
         return r.copied.data();
     }
+    // The scores of the rows a ticket's picks.scores named, in that order, valid as copied_rows'.
+    virtual const RowScore* row_scores(uint64_t ticket) const {
+        const HostGreedy& r = host_greedy_[ticket % 2];
+        MVLLM_CHECK(r.ticket == ticket) << "greedy result " << ticket << " is no longer kept";
+        return r.scores.data();
+    }
     // The ticket of the last argmax_enqueue on this backend (0: none yet).
     uint64_t last_argmax_ticket() const { return argmax_tickets_; }
     // True when argmax_rows applies penalties where the logits are, so that an engine should pass
@@ -235,6 +250,10 @@ public:
     // through argmax_rows' targets rather than copy their logits to its own threads: where the
     // logits stay on a device. The default (a host copy, one thread) says no.
     virtual bool scores_targets() const { return false; }
+    // True when an engine should have rows it scores on the host (top logprobs, a drawn token's
+    // logprob) scored by argmax_rows instead (TokenPicks::scores: ~20 values a row come back, not
+    // the row): where the logits stay on a device. The default (a host copy, one thread) says no.
+    virtual bool scores_rows() const { return false; }
     // True when the embedding reads a batch's fed_token(r) ids (kv/batch.h) on the device, from
     // the last enqueued argmax, so the host need not wait for it; otherwise the decoder waits and
     // substitutes them before the pass.
@@ -250,6 +269,7 @@ private:
         std::vector<float> logprobs;
         std::vector<float> target_logprobs;
         std::vector<float> copied;
+        std::vector<RowScore> scores;
     };
     HostGreedy host_greedy_[2];
     uint64_t argmax_tickets_ = 0;

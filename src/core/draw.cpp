@@ -53,7 +53,40 @@ std::string picks_error(const TokenPicks& picks, int64_t n_rows, int64_t width, 
             return why.str();
         }
     }
+    for (size_t i = 0; i < picks.scores.size(); ++i) {
+        const ScoreAsk& a = picks.scores[i];
+        if (a.row < 0 || a.row >= n_rows || (i > 0 && picks.scores[i - 1].row >= a.row)) {
+            why << "scored row " << a.row << ": scores must be increasing rows of the " << n_rows;
+            return why.str();
+        }
+        if (a.token < -1 || a.token >= width || a.n_top < 0 || a.n_top > kMaxTopLogprobs) {
+            why << "a score of token " << a.token << " with " << a.n_top << " alternatives is outside " << width
+                << " logits and " << kMaxTopLogprobs << " alternatives";
+            return why.str();
+        }
+    }
     return {};
+}
+
+RowScore score_row(const float* logits, int64_t n, int32_t token, int32_t n_top) {
+    const float max = row_max(logits, n);
+    double sum = 0;
+    if (std::isfinite(max)) {
+        const float cut = max - 4.0f;
+        sum = exp_sum_below(logits, n, max, cut);
+        for (int64_t i = 0; i < n; ++i)
+            if (logits[i] >= cut) sum += std::exp(double(logits[i]) - max);
+    } else {
+        for (int64_t i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - max);
+    }
+    RowScore s;
+    s.log_z = max + std::log(sum);
+    s.token = token;
+    s.logit = logits[token];
+    const int64_t k = std::min<int64_t>(n_top, n);
+    if (k <= 0) return s;
+    for (const int32_t t : top_k_tokens(logits, n, k)) s.top.push_back({t, logits[t]});
+    return s;
 }
 
 void penalise_rows(float* x, int64_t width, const std::vector<TokenPenalty>& penalties) {

@@ -41,6 +41,17 @@ MVLLM_HOST_DEVICE inline float penalised(float l, float bias, float repetition, 
 #endif
 }
 
+// The most alternatives a scored row lists (OpenAI's top_logprobs limit).
+constexpr int32_t kMaxTopLogprobs = 20;
+
+// A row whose logprobs a backend scores (TokenPicks::scores): its token (-1: the token the backend
+// picks for the row) and how many of its first tokens beside it.
+struct ScoreAsk {
+    int32_t row = 0;
+    int32_t token = -1;
+    int32_t n_top = 0;  // 0..kMaxTopLogprobs
+};
+
 // How the logit rows of a step become tokens on a backend (Backend::argmax_rows): first the
 // penalties change their rows' logits, then each row gives its argmax, or the token draws[r]
 // draws (draw_row) when its temperature is above 0.
@@ -53,13 +64,32 @@ struct TokenPicks {
     // Rows (increasing) whose logits, after the penalties, also come back to the host: the rows a
     // caller scores there (top logprobs, a drawn token's logprob) while the backend picks the token.
     std::vector<int32_t> copies = {};
-    bool empty() const { return draws.empty() && penalties.empty() && targets.empty() && copies.empty(); }
+    // Rows (increasing) the backend scores where their logits are, after the penalties, instead of
+    // copying them back (Backend::scores_rows()): one RowScore each (below).
+    std::vector<ScoreAsk> scores = {};
+    bool empty() const {
+        return draws.empty() && penalties.empty() && targets.empty() && copies.empty() && scores.empty();
+    }
 };
+
+// What a row's logprobs need from its logits l, so that only this leaves the device: log sum_i
+// exp(l_i), the scored token with its logit, and the first n_top tokens by (logit descending, id
+// ascending) with theirs. A logprob is then float(logit - log_z).
+struct RowScore {
+    double log_z = 0.0;
+    int32_t token = 0;
+    float logit = 0.0f;
+    std::vector<std::pair<int32_t, float>> top;  // (id, logit)
+};
+
+// The host's RowScore of row [n] (log_z in double: exactly for the terms within 4 of the max, to
+// 1-2 ulp for the others).
+RowScore score_row(const float* logits, int64_t n, int32_t token, int32_t n_top);
 
 // Why picks cannot serve n_rows rows of width logits (with greedy logprobs when logprobs is
 // set), or an empty string: draws or targets of the wrong count or out of range, a drawn row with a
-// logprob, targets without logprobs, penalties or copies out of order or out of range, a penalty
-// with a repetition that is not positive.
+// logprob, targets without logprobs, penalties, copies or scores out of order or out of range, a
+// penalty with a repetition that is not positive, a score of more than kMaxTopLogprobs tokens.
 std::string picks_error(const TokenPicks& picks, int64_t n_rows, int64_t width, bool logprobs);
 
 // Applies penalties to x [n_rows][width] (rows and tokens in range).

@@ -70,6 +70,7 @@ struct Engine::Impl {
     std::vector<float> argmax_logprob;  // [n_sampled]: their log-softmax, when a request asked for it
     std::vector<float> target_logprob;  // [logit rows]: prompt rows' scores, when the backend took them
     const float* copied = nullptr;      // [picks.copies][n_vocab]: the rows scored on the host (backend's)
+    const RowScore* row_scores = nullptr;  // [picks.scores]: the rows the backend scored (backend's)
     TokenPicks picks;  // the backend's penalties and draws of a greedy_step (draws empty: all argmax)
     std::unique_ptr<ThreadPool> row_pool;  // the host's per-row work (for_rows), made on first use
     bool greedy_step = false;      // the backend picked the tokens (argmax or draw on the device)
@@ -165,7 +166,8 @@ Status Engine::Impl::run_models(const SchedulerOutput& plan) {
                                       [this](int64_t n, const RowRange& fn) { for_rows(n, fn); }, &picks);
         return decoder.forward_greedy(batch, *cache, &argmax, device_logprobs ? &argmax_logprob : nullptr, picks,
                                       picks.targets.empty() ? nullptr : &target_logprob,
-                                      picks.copies.empty() ? nullptr : &copied);
+                                      picks.copies.empty() ? nullptr : &copied,
+                                      picks.scores.empty() ? nullptr : &row_scores);
     }
     return decoder.forward(batch, *cache, &logits);
 }
@@ -207,21 +209,27 @@ Batch Engine::Impl::build_batch(const SchedulerOutput& plan) const {
 // Sampling (no drafts) or verification: appends each sampling sequence's new tokens. Rows of
 // prompt positions come first: the logprob of the prompt token each predicts, over the raw logits.
 // Rows scored on the host (every row of a step without backend picks, the copied rows of one with)
-// are scored at the end on every hardware thread (a vocabulary-wide log-sum-exp per row).
+// are scored at the end on every hardware thread (a vocabulary-wide log-sum-exp per row); the rows
+// a backend scored (picks.scores) only become logprobs.
 void Engine::Impl::sample(SchedulerOutput* plan) {
     const int64_t n_vocab = decoder.config().n_vocab;
-    struct RowScore {
+    struct HostScore {
         const float* row;
         int32_t token, n_top;
         TokenLogprob* out;  // in its sequence's prompt_logprobs or verified.logprobs, sized before
     };
-    std::vector<RowScore> scores;
-    size_t next_copy = 0;
+    std::vector<HostScore> scores;
+    size_t next_copy = 0, next_score = 0;
     const auto host_row = [&](size_t r) -> const float* {  // row r's logits on the host, or null
         if (!greedy_step) return logits.data() + r * n_vocab;
         if (next_copy < picks.copies.size() && picks.copies[next_copy] == static_cast<int32_t>(r))
             return copied + next_copy++ * n_vocab;
         return nullptr;
+    };
+    const auto backend_score = [&](size_t r) -> const RowScore* {  // row r's score by the backend, or null
+        if (!greedy_step || next_score >= picks.scores.size() || picks.scores[next_score].row != static_cast<int32_t>(r))
+            return nullptr;
+        return row_scores + next_score++;
     };
     size_t row = 0;
     for (ScheduledSequence& s : plan->scheduled) {
@@ -236,6 +244,10 @@ void Engine::Impl::sample(SchedulerOutput* plan) {
                 scores.push_back({r, token, seq->params.prompt_logprobs, &out});
                 continue;
             }
+            if (const RowScore* r = backend_score(row)) {
+                out = row_logprob(*r);
+                continue;
+            }
             out = TokenLogprob{token, target_logprob[row], {}};  // scored by the backend (prompt_logprobs <= 1)
             if (seq->params.prompt_logprobs == 1) out.top = {{argmax[row], argmax_logprob[row]}};
         }
@@ -245,7 +257,8 @@ void Engine::Impl::sample(SchedulerOutput* plan) {
             seq->verified = Verification{{token}, {}, 0};
             if (seq->params.logprobs >= 0) {
                 const float* r = host_row(row);
-                seq->verified.logprobs.push_back(TokenLogprob{token, r ? 0.0f : argmax_logprob[row], {}});
+                const RowScore* b = r ? nullptr : backend_score(row);
+                seq->verified.logprobs.push_back(b ? row_logprob(*b) : TokenLogprob{token, r ? 0.0f : argmax_logprob[row], {}});
                 if (r) scores.push_back({r, token, seq->params.logprobs, &seq->verified.logprobs.back()});
             }
             ++row;
@@ -259,7 +272,7 @@ void Engine::Impl::sample(SchedulerOutput* plan) {
     }
     const auto score = [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
-            const RowScore& p = scores[static_cast<size_t>(i)];
+            const HostScore& p = scores[static_cast<size_t>(i)];
             token_logprob(p.row, n_vocab, p.token, p.n_top, p.out);
         }
     };

@@ -120,28 +120,17 @@ void apply_penalties(float* logits, int64_t n_vocab, const SamplingParams& param
     }
 }
 
+TokenLogprob row_logprob(const RowScore& s) {
+    TokenLogprob out{s.token, static_cast<float>(s.logit - s.log_z), {}};
+    out.top.reserve(s.top.size());
+    for (const auto& [t, l] : s.top) out.top.push_back({t, static_cast<float>(l - s.log_z)});
+    return out;
+}
+
 void token_logprob(const float* logits, int64_t n_vocab, int32_t token, int32_t n_top, TokenLogprob* out) {
-    const float max = row_max(logits, n_vocab);
-    // sum_i exp(l_i - max) in double (as Backend::argmax_rows computes it for the greedy path):
-    // exactly for the terms within 4 of the max, to 1-2 ulp for the rest (exp_of_difference), each
-    // below e^-4 of the largest term, so that the float result rarely differs in its last bit.
-    double sum = 0;
-    if (std::isfinite(max)) {
-        const float cut = max - 4.0f;
-        sum = exp_sum_below(logits, n_vocab, max, cut);
-        for (int64_t i = 0; i < n_vocab; ++i)
-            if (logits[i] >= cut) sum += std::exp(double(logits[i]) - max);
-    } else {
-        for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(double(logits[i]) - max);
-    }
-    const double log_z = max + std::log(sum);
-    out->token = token;
-    out->logprob = static_cast<float>(logits[token] - log_z);
-    out->top.clear();
-    const int64_t k = std::min<int64_t>(n_top, n_vocab);
-    if (k <= 0) return;
-    for (const int32_t t : top_k_tokens(logits, n_vocab, k))
-        out->top.push_back({t, static_cast<float>(logits[t] - log_z)});
+    // sum_i exp(l_i - max) in double (core/draw.h's score_row), as Backend::argmax_rows computes it
+    // for the greedy path, so that the float result rarely differs in its last bit.
+    *out = row_logprob(score_row(logits, n_vocab, token, n_top));
 }
 
 double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
@@ -195,8 +184,9 @@ Status validate_sampling_params(const SamplingParams& p) {
     for (const auto& [t, bias] : p.logit_bias)
         if (t < 0 || !std::isfinite(bias)) return make_error("logit_bias needs token ids >= 0 and finite biases, got ", t, ": ", bias);
     if (p.max_tokens == 0 || p.max_tokens < -1) return make_error("max_tokens must be >= 1, got ", p.max_tokens);
-    if (p.logprobs > 20) return make_error("logprobs must be <= 20, got ", p.logprobs);
-    if (p.prompt_logprobs > 20) return make_error("prompt_logprobs must be <= 20, got ", p.prompt_logprobs);
+    if (p.logprobs > kMaxTopLogprobs) return make_error("logprobs must be <= ", kMaxTopLogprobs, ", got ", p.logprobs);
+    if (p.prompt_logprobs > kMaxTopLogprobs)
+        return make_error("prompt_logprobs must be <= ", kMaxTopLogprobs, ", got ", p.prompt_logprobs);
     return Status::ok();
 }
 

@@ -69,6 +69,8 @@ double uniform01(std::mt19937_64& rng);
 int32_t draw_token(const std::vector<std::pair<int32_t, float>>& dist, uint64_t key);
 // The logprob of token under the (penalised) logits, and the n_top best ones.
 void token_logprob(const float* logits, int64_t n_vocab, int32_t token, int32_t n_top, TokenLogprob* out);
+// The same from a row's score (a backend's, TokenPicks::scores).
+TokenLogprob row_logprob(const RowScore& score);
 
 // Checks ranges (temperature >= 0, 0 < top_p <= 1, ...); an error message names the field.
 Status validate_sampling_params(const SamplingParams& params);

@@ -28,7 +28,7 @@ HostScored host_scored(const SchedulerOutput& plan, const Backend& backend) {
 bool backend_picks_tokens(const SchedulerOutput& plan, const Backend& backend, int64_t n_vocab,
                           int64_t max_copied_bytes) {
     const HostScored h = host_scored(plan, backend);
-    int64_t copied = 0;
+    int64_t copied = 0;  // rows copied back (none where the backend scores them itself)
     for (const ScheduledSequence& s : plan.scheduled) {
         const SamplingParams& p = s.seq->params;
         if (h.prompt_row(p)) copied += prompt_rows(s).n;
@@ -36,7 +36,7 @@ bool backend_picks_tokens(const SchedulerOutput& plan, const Backend& backend, i
         if ((has_penalties(p) && !backend.applies_penalties()) || !s.seq->draft.tokens.empty()) return false;
         copied += h.sampled_row(p);
     }
-    return copied * n_vocab * static_cast<int64_t>(sizeof(float)) <= max_copied_bytes;
+    return backend.scores_rows() || copied * n_vocab * static_cast<int64_t>(sizeof(float)) <= max_copied_bytes;
 }
 
 // picks->penalties: each penalised row's entries from its sequence's counts, brought up to date, in
@@ -71,7 +71,14 @@ bool build_picks(const SchedulerOutput& plan, const Backend& backend, int64_t n_
     picks->penalties.clear();
     picks->targets.clear();
     picks->copies.clear();
+    picks->scores.clear();
     const HostScored h = host_scored(plan, backend);
+    // A row scored away from the backend's picks: its score asked of the backend, or its copy.
+    const bool by_backend = backend.scores_rows();
+    const auto score = [&](int32_t row, int32_t token, int32_t n_top) {
+        if (by_backend) picks->scores.push_back({row, token, n_top});
+        else picks->copies.push_back(row);
+    };
     bool device_logprobs = false;
     std::vector<std::pair<Sequence*, int32_t>> penalised;  // (sequence, row)
     int32_t row = 0;
@@ -81,7 +88,7 @@ bool build_picks(const SchedulerOutput& plan, const Backend& backend, int64_t n_
         for (int64_t j = 0; j < pr.n; ++j, ++row) {
             picks->draws.push_back(TokenDraw{});
             if (h.prompt_row(seq->params)) {
-                picks->copies.push_back(row);
+                score(row, seq->tokens[pr.first + j + 1], seq->params.prompt_logprobs);
             } else {
                 picks->targets.resize(static_cast<size_t>(row), -1);
                 picks->targets.push_back(seq->tokens[pr.first + j + 1]);
@@ -92,7 +99,7 @@ bool build_picks(const SchedulerOutput& plan, const Backend& backend, int64_t n_
         const SamplingParams& p = seq->params;
         if (has_penalties(p)) penalised.push_back({seq, row});
         picks->draws.push_back(is_greedy(p) ? TokenDraw{} : token_draw(p, seq->rng()));
-        if (h.sampled_row(p)) picks->copies.push_back(row);
+        if (h.sampled_row(p)) score(row, -1, p.logprobs);
         else if (p.logprobs == 0) device_logprobs = true;
         ++row;
     }

@@ -183,9 +183,9 @@ Status Decoder::forward(const Batch& batch, KvCache& cache, std::vector<float>* 
 
 Status Decoder::forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens,
                                std::vector<float>* logprobs, const TokenPicks& picks,
-                               std::vector<float>* target_logprobs, const float** copied) {
+                               std::vector<float>* target_logprobs, const float** copied, const RowScore** scores) {
     MVLLM_ASSIGN_OR_RETURN(const uint64_t ticket, forward_greedy_enqueue(batch, cache, logprobs != nullptr, picks));
-    return greedy_result(ticket, tokens, logprobs, target_logprobs, copied);
+    return greedy_result(ticket, tokens, logprobs, target_logprobs, copied, scores);
 }
 
 Result<uint64_t> Decoder::forward_greedy_enqueue(const Batch& batch, KvCache& cache, bool logprobs,
@@ -200,7 +200,7 @@ Result<uint64_t> Decoder::forward_greedy_enqueue(const Batch& batch, KvCache& ca
         const TensorView out = run(*b, cache);
         const uint64_t ticket = backend_.argmax_enqueue(out, logprobs, picks);
         greedy_[ticket % 2] = {ticket, out.ne[1], logprobs, !picks.targets.empty(),
-                               static_cast<int64_t>(picks.copies.size())};
+                               static_cast<int64_t>(picks.copies.size()), static_cast<int64_t>(picks.scores.size())};
         last_greedy_ = ticket;
         return ticket;
     } catch (const DeviceOutOfMemory& e) {
@@ -209,7 +209,7 @@ Result<uint64_t> Decoder::forward_greedy_enqueue(const Batch& batch, KvCache& ca
 }
 
 Status Decoder::greedy_result(uint64_t ticket, std::vector<int32_t>* tokens, std::vector<float>* logprobs,
-                              std::vector<float>* target_logprobs, const float** copied) {
+                              std::vector<float>* target_logprobs, const float** copied, const RowScore** scores) {
     const GreedyStep& g = greedy_[ticket % 2];
     if (ticket == 0 || g.ticket != ticket || ticket + 1 < backend_.last_argmax_ticket())
         return make_error("greedy step ", ticket, " is not kept (the backend keeps its last two)");
@@ -219,10 +219,12 @@ Status Decoder::greedy_result(uint64_t ticket, std::vector<int32_t>* tokens, std
     if (logprobs) logprobs->resize(tokens->size());
     if (target_logprobs) target_logprobs->resize(tokens->size());
     if (copied && g.copies == 0) return make_error("greedy step ", ticket, " was queued without copied rows");
+    if (scores && g.scores == 0) return make_error("greedy step ", ticket, " was queued without scored rows");
     if (g.rows > 0)
         backend_.argmax_result(ticket, tokens->data(), logprobs ? logprobs->data() : nullptr,
                                target_logprobs ? target_logprobs->data() : nullptr);
     if (copied) *copied = backend_.copied_rows(ticket);
+    if (scores) *scores = backend_.row_scores(ticket);
     return Status::ok();
 }
 

@@ -43,10 +43,12 @@ public:
     // instead drawn by the backend (core/race.h; no logprob for it); with targets (and logprobs),
     // target_logprobs receives each target token's log-softmax; *copied points at the penalised
     // logits of the rows picks.copies names, [copies][n_vocab], in the backend's memory (valid until
-    // the next greedy step but one, Backend::copied_rows).
+    // the next greedy step but one, Backend::copied_rows); *scores at the RowScores of the rows
+    // picks.scores names (Backend::row_scores, as long).
     Status forward_greedy(const Batch& batch, KvCache& cache, std::vector<int32_t>* tokens,
                           std::vector<float>* logprobs = nullptr, const TokenPicks& picks = {},
-                          std::vector<float>* target_logprobs = nullptr, const float** copied = nullptr);
+                          std::vector<float>* target_logprobs = nullptr, const float** copied = nullptr,
+                          const RowScore** scores = nullptr);
     // forward_greedy in two halves: queues the pass and its argmax and returns a ticket for
     // greedy_result. A batch may name a token as fed_token(r) (kv/batch.h): row r of this
     // decoder's last greedy step, which must be the backend's last argmax. A backend that
@@ -54,10 +56,11 @@ public:
     // one's tokens are known (SequenceRunner::greedy); otherwise the decoder waits for them here.
     Result<uint64_t> forward_greedy_enqueue(const Batch& batch, KvCache& cache, bool logprobs = false,
                                             const TokenPicks& picks = {});
-    // The tokens (and logprobs, target logprobs and copied rows, when enqueued with them) of one
-    // of the last two greedy steps.
+    // The tokens (and logprobs, target logprobs, copied rows and row scores, when enqueued with
+    // them) of one of the last two greedy steps.
     Status greedy_result(uint64_t ticket, std::vector<int32_t>* tokens, std::vector<float>* logprobs = nullptr,
-                         std::vector<float>* target_logprobs = nullptr, const float** copied = nullptr);
+                         std::vector<float>* target_logprobs = nullptr, const float** copied = nullptr,
+                         const RowScore** scores = nullptr);
 
 private:
     Decoder(const ModelConfig& config, Backend& backend, const DecoderOptions& options)
@@ -88,6 +91,7 @@ private:
         bool logprobs = false;
         bool targets = false;
         int64_t copies = 0;  // rows copied back
+        int64_t scores = 0;  // rows scored by the backend
     };
     GreedyStep greedy_[2];
     uint64_t last_greedy_ = 0;

@@ -270,5 +270,61 @@ TEST(CudaOps, TargetLogprobsEqualTheHost) {
     }
 }
 
+// Rows scored on the device (TokenPicks::scores, cuda::launch_row_scores) equal the host's
+// score_row of the penalised row: the same token and logit, the same alternatives in (logit
+// descending, id ascending) order with their logits, bit for bit, and log_z to float rounding. The
+// rows hold runs of tied values (so the order among equal logits is checked), one row is drawn (its
+// score is of the drawn token), one asks for more alternatives than a 97-wide row of ties would
+// break, and widths that are and are not a multiple of 4 take both load paths.
+TEST(CudaOps, RowScoresEqualTheHost) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda();
+    ASSERT_TRUE(be);
+    for (const int64_t width : {int64_t{97}, int64_t{4099}, int64_t{151936}}) {
+        SCOPED_TRACE("width " + std::to_string(width));
+        const int64_t n_rows = 6;
+        std::vector<float> x = random_floats(width * n_rows, 71);
+        for (int64_t i = 0; i < width * n_rows; ++i) {
+            x[i] *= 4.0f;
+            if (i % 7 == 3) x[i] = std::round(x[i]);  // ties, several of them near each row's top
+        }
+        x[2 * width + 5] = x[2 * width + 9] = 40.0f;  // a tie at the very top of row 2
+        TokenPicks picks;
+        picks.penalties = {{1, 3, 2.0f, 1.2f, 0.0f}, {4, static_cast<int32_t>(width - 2), 9.0f, 1.0f, 0.0f}};
+        picks.draws.assign(n_rows, TokenDraw{});
+        picks.draws[3] = {0.8f, 0.0f, mix64(width), 0, 1.0f};
+        picks.scores = {{0, -1, 5},
+                        {1, 3, 20},
+                        {2, -1, 3},
+                        {3, -1, 2},
+                        {5, static_cast<int32_t>(width - 1), 0}};
+        std::vector<float> host = x;
+        penalise_rows(host.data(), width, picks.penalties);
+        TensorView t = begin_with_input(*be, x, width, n_rows);
+        std::vector<int32_t> got(n_rows);
+        std::vector<RowScore> scores(picks.scores.size());
+        be->argmax_rows(t, got.data(), nullptr, picks, nullptr, nullptr, scores.data());
+        EXPECT_EQ(got[3], draw_row(host.data() + 3 * width, width, picks.draws[3]));
+        for (size_t i = 0; i < picks.scores.size(); ++i) {
+            const ScoreAsk& a = picks.scores[i];
+            const float* row = host.data() + a.row * width;
+            const int32_t token = a.token >= 0 ? a.token : got[a.row];
+            if (a.row != 3) EXPECT_EQ(got[a.row], row_argmax(row, width)) << "row " << a.row;
+            const RowScore want = score_row(row, width, token, a.n_top);
+            const RowScore& g = scores[i];
+            EXPECT_EQ(g.token, want.token) << "row " << a.row;
+            EXPECT_EQ(g.logit, want.logit) << "row " << a.row;
+            EXPECT_NEAR(g.log_z, want.log_z, 2e-6 * std::max(1.0, std::fabs(want.log_z))) << "row " << a.row;
+            ASSERT_EQ(g.top.size(), want.top.size()) << "row " << a.row;
+            for (size_t j = 0; j < want.top.size(); ++j) {
+                EXPECT_EQ(g.top[j].first, want.top[j].first) << "row " << a.row << " place " << j;
+                EXPECT_EQ(g.top[j].second, want.top[j].second) << "row " << a.row << " place " << j;
+            }
+        }
+        EXPECT_EQ(scores[2].top[0].first, 5);  // the tie at the top: the lower id first
+        EXPECT_EQ(scores[2].top[1].first, 9);
+    }
+}
+
 }  // namespace
 }  // namespace mvllm::test

@@ -18,15 +18,17 @@ struct EngineRun {
     EngineCounters before, after;               // right after create, after the requests
     std::string report;
     int32_t graphs_at_start = 0, graphs_at_end = 0;
+    std::vector<std::vector<TokenLogprob>> logprobs;
 };
 
 // temperature 0: greedy requests; otherwise seeded draws at that temperature (min_p 0.02 for every
-// other request, top_k 20 for two, top_p 0.85 for two, one of them with both), with `logprobs` (1
-// sends them through the host sampler, -1 lets the device draw). penalised: repetition, presence
-// and frequency penalties on the requests (one kind each, all three on the last), applied on the
-// device (CudaBackendOptions::penalties_on_device) unless the logprobs send them to the host.
+// other request, top_k 20 for two, top_p 0.85 for two, one of them with both), with `logprobs`
+// (scored on the device, CudaBackendOptions::scores_rows). penalised: repetition, presence and
+// frequency penalties on the requests (one kind each, all three on the last), applied on the device
+// (CudaBackendOptions::penalties_on_device). host: every token sampled by the engine's host sampler
+// from the logits (EngineOptions::host_sampling) instead.
 EngineRun run_engine(const Model& model, bool warmup, float temperature = 0.0f, int32_t logprobs = -1,
-                     bool penalised = false) {
+                     bool penalised = false, bool host = false) {
     EngineRun r;
     CudaBackendOptions bo;
     bo.penalties_on_device = penalised;
@@ -42,6 +44,7 @@ EngineRun run_engine(const Model& model, bool warmup, float temperature = 0.0f, 
     o.max_batched_tokens = 512;
     o.max_seqs = 12;
     o.warmup = warmup ? EngineOptions::Warmup::Auto : EngineOptions::Warmup::Off;
+    o.host_sampling = host;
     auto engine = Engine::create(**dec, o);
     EXPECT_TRUE(engine.is_ok()) << engine.status().message();
     if (!engine.is_ok()) return r;
@@ -51,6 +54,7 @@ EngineRun run_engine(const Model& model, bool warmup, float temperature = 0.0f, 
     const int64_t n_vocab = model.config.n_vocab;
     const int n_requests = 5;  // not a warm-up size: padded to 8 with the warm-up (no padding without it)
     r.tokens.resize(n_requests);
+    r.logprobs.resize(n_requests);
     for (int i = 0; i < n_requests; ++i) {
         Request q;
         const int n_prompt = i == n_requests - 1 ? 250 : 20 + 13 * i;  // the last one crosses 256 tokens
@@ -69,7 +73,9 @@ EngineRun run_engine(const Model& model, bool warmup, float temperature = 0.0f, 
         q.sampling.ignore_eos = true;
         q.sampling.max_tokens = 24;
         auto id = (*engine)->submit(std::move(q), [&r, i](const EngineEvent& e) {
-            if (e.kind == EngineEvent::Kind::Token) r.tokens[i].insert(r.tokens[i].end(), e.token_ids.begin(), e.token_ids.end());
+            if (e.kind != EngineEvent::Kind::Token) return;
+            r.tokens[i].insert(r.tokens[i].end(), e.token_ids.begin(), e.token_ids.end());
+            r.logprobs[i].insert(r.logprobs[i].end(), e.logprobs.begin(), e.logprobs.end());
         });
         EXPECT_TRUE(id.is_ok());
     }
@@ -117,20 +123,36 @@ TEST(EngineWarmUp, RecordsGraphsAndLeavesNoTrace) {
 
 // Seeded requests with a temperature, drawn on the device (core/draw.h through cuda::launch_draw,
 // in padded decode steps that replay the warm-up's graphs) give the tokens the engine's host
-// sampler gives them from the logits (the same requests asking for logprobs, which only the host
-// path computes), and they are really sampled (not the greedy tokens).
+// sampler gives them from the logits, and they are really sampled (not the greedy tokens). Asking
+// for 3 top logprobs changes no token, and the device's scores (cuda::launch_row_scores) give the
+// host sampler's logprobs: the same alternatives, the same values to float rounding.
 TEST(EngineWarmUp, DeviceDrawsEqualHostSampling) {
     MVLLM_REQUIRE_GPU();
     auto model = load_model(std::string(MVLLM_FIXTURE_DIR) + "/tiny-qwen2");
     ASSERT_TRUE(model.is_ok()) << model.status().message();
     const EngineRun device = run_engine(**model, true, 0.9f, -1);
-    const EngineRun host = run_engine(**model, false, 0.9f, 1);
+    const EngineRun host = run_engine(**model, false, 0.9f, 3, false, true);
+    const EngineRun scored = run_engine(**model, true, 0.9f, 3);
     const EngineRun greedy = run_engine(**model, false);
     int differ_from_greedy = 0;
     for (size_t i = 0; i < host.tokens.size(); ++i) {
         ASSERT_EQ(device.tokens[i].size(), 24u);
         EXPECT_EQ(device.tokens[i], host.tokens[i]) << "request " << i;
+        EXPECT_EQ(scored.tokens[i], host.tokens[i]) << "request " << i;
         differ_from_greedy += device.tokens[i] != greedy.tokens[i];
+        ASSERT_EQ(scored.logprobs[i].size(), 24u) << "request " << i;
+        ASSERT_EQ(host.logprobs[i].size(), 24u) << "request " << i;
+        for (size_t t = 0; t < 24; ++t) {
+            const TokenLogprob &d = scored.logprobs[i][t], &h = host.logprobs[i][t];
+            EXPECT_EQ(d.token, h.token) << "request " << i << " token " << t;
+            EXPECT_NEAR(d.logprob, h.logprob, 1e-4) << "request " << i << " token " << t;
+            ASSERT_EQ(d.top.size(), 3u);
+            ASSERT_EQ(h.top.size(), 3u);
+            for (size_t j = 0; j < 3; ++j) {
+                EXPECT_EQ(d.top[j].first, h.top[j].first) << "request " << i << " token " << t;
+                EXPECT_NEAR(d.top[j].second, h.top[j].second, 1e-4) << "request " << i << " token " << t;
+            }
+        }
     }
     EXPECT_GE(differ_from_greedy, 4);
     EXPECT_GT(device.after.n_padding_rows, 0);  // the drawn steps took the padded (graph) path
@@ -145,8 +167,8 @@ TEST(EngineWarmUp, DevicePenaltiesEqualHostSampling) {
     ASSERT_TRUE(model.is_ok()) << model.status().message();
     for (const float temperature : {0.0f, 0.9f}) {
         const EngineRun device = run_engine(**model, true, temperature, temperature > 0 ? -1 : 0, true);
-        const EngineRun host = run_engine(**model, false, temperature, 1, true);
-        const EngineRun plain = run_engine(**model, false, temperature, 1, false);
+        const EngineRun host = run_engine(**model, false, temperature, 1, true, true);
+        const EngineRun plain = run_engine(**model, false, temperature, 1, false, true);
         int differ_from_plain = 0;
         for (size_t i = 0; i < host.tokens.size(); ++i) {
             ASSERT_EQ(device.tokens[i].size(), 24u);

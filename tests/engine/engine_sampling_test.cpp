@@ -240,6 +240,64 @@ TEST(Engine, PromptLogprobsScoredByTheBackendEqualTheHosts) {
     }
 }
 
+// Rows scored by the backend (TokenPicks::scores, the GPU's way of giving top logprobs;
+// CpuBackendOptions::scores_rows) give what the engine computes from rows copied back, and what the
+// host sampler gives, bit for bit: greedy and drawn requests, penalised or not, asking for the
+// chosen token's logprob alone, for 2-5 or for 20 alternatives, and for prompt logprobs with 3.
+TEST(Engine, RowsScoredByTheBackendEqualTheHosts) {
+    CpuBackendOptions bo;
+    bo.n_threads = 1;
+    bo.scores_rows = true;
+    CpuBackend scoring(bo);
+    auto decoder = Decoder::create(*tiny().model, scoring);
+    ASSERT_TRUE(decoder.is_ok()) << decoder.status().message();
+    std::mt19937 rng(53);
+    std::vector<Request> requests(5);
+    for (size_t i = 0; i < requests.size(); ++i) {
+        requests[i].prompt_ids = random_prompt(rng, 7 + 4 * static_cast<int>(i));
+        requests[i].sampling = greedy(10);
+        requests[i].sampling.seed = 90 + static_cast<int64_t>(i);
+    }
+    requests[0].sampling.logprobs = 3;
+    requests[1].sampling.temperature = 0.8f, requests[1].sampling.top_k = 12, requests[1].sampling.logprobs = 0;
+    requests[2].sampling.temperature = 1.1f, requests[2].sampling.top_p = 0.9f, requests[2].sampling.logprobs = 5;
+    requests[2].sampling.repetition_penalty = 1.3f;
+    requests[3].sampling.logprobs = 2, requests[3].sampling.frequency_penalty = 0.5f;
+    requests[3].sampling.logit_bias = {{11, 2.5f}};
+    requests[4].sampling.logprobs = 20, requests[4].sampling.prompt_logprobs = 3;
+    EngineOptions host = small_options(256);
+    host.host_sampling = true;
+    auto on_host = Engine::create(*tiny().decoder, host).value();
+    auto copied = Engine::create(*tiny().decoder, small_options(256)).value();
+    auto scored = Engine::create(**decoder, small_options(256)).value();
+    const std::vector<Outcome> a = run_all(*on_host, requests), b = run_all(*copied, requests),
+                               c = run_all(*scored, requests);
+    for (size_t i = 0; i < requests.size(); ++i) {
+        SCOPED_TRACE("request " + std::to_string(i));
+        ASSERT_EQ(a[i].tokens.size(), 10u);
+        EXPECT_EQ(b[i].tokens, a[i].tokens);
+        EXPECT_EQ(c[i].tokens, a[i].tokens);
+        ASSERT_EQ(a[i].logprobs.size(), 10u);
+        for (const Outcome* o : {&b[i], &c[i]}) {
+            ASSERT_EQ(o->logprobs.size(), 10u);
+            for (size_t t = 0; t < 10; ++t) {
+                EXPECT_EQ(o->logprobs[t].token, a[i].logprobs[t].token) << "token " << t;
+                EXPECT_EQ(o->logprobs[t].logprob, a[i].logprobs[t].logprob) << "token " << t;
+                EXPECT_EQ(o->logprobs[t].top, a[i].logprobs[t].top) << "token " << t;
+                EXPECT_EQ(o->logprobs[t].top.size(), static_cast<size_t>(requests[i].sampling.logprobs));
+            }
+            ASSERT_EQ(o->prompt_logprobs.size(), a[i].prompt_logprobs.size());
+            for (size_t k = 0; k < a[i].prompt_logprobs.size(); ++k) {
+                EXPECT_EQ(o->prompt_logprobs[k].token, a[i].prompt_logprobs[k].token) << "position " << k;
+                EXPECT_EQ(o->prompt_logprobs[k].logprob, a[i].prompt_logprobs[k].logprob) << "position " << k;
+                EXPECT_EQ(o->prompt_logprobs[k].top, a[i].prompt_logprobs[k].top) << "position " << k;
+            }
+        }
+    }
+    EXPECT_EQ(a[4].prompt_logprobs.size(), requests[4].prompt_ids.size() - 1);
+    EXPECT_EQ(a[4].prompt_logprobs[2].top.size(), 3u);
+}
+
 // The log-softmax of row[token] in double.
 double log_softmax(const float* row, int64_t n, int32_t token) {
     double z = 0;

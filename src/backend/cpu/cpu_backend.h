@@ -22,6 +22,9 @@ struct CpuBackendOptions {
     // does) instead of on its own threads: one thread, a double log-sum-exp per row, so only for
     // tests of that path and comparisons.
     bool scores_targets = false;
+    // The same for the rows an engine scores on the host (TokenPicks::scores, the GPU backend's way
+    // of giving top logprobs): for tests of that path.
+    bool scores_rows = false;
 };
 
 class CpuBackend final : public Backend {
@@ -29,6 +32,7 @@ public:
     explicit CpuBackend(const CpuBackendOptions& options);
     std::string name() const override;
     bool scores_targets() const override { return options_.scores_targets; }
+    bool scores_rows() const override { return options_.scores_rows; }
 
     Result<TensorView> upload_weight(const TensorView& host) override { return host; }
     Result<DeviceMemory> memory_info() const override;

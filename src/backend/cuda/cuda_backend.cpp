@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -80,6 +81,9 @@ CudaBackend::Impl::~Impl() {
     if (targets_dev) cudaFree(targets_dev);
     if (target_out) cudaFreeHost(target_out);
     if (copies_host) cudaFreeHost(copies_host);
+    if (asks_host) cudaFreeHost(asks_host);
+    if (asks_dev) cudaFree(asks_dev);
+    if (score_out) cudaFreeHost(score_out);
     if (draw_cuts) cudaFree(draw_cuts);
     if (draw_binned) cudaFree(draw_binned);
     if (draw_score) cudaFree(draw_score);
@@ -188,6 +192,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     if (const int v = cuda::env_int("MVLLM_CUDA_DRAW_OUTLINED", -1); v == 0 || v == 1)
         impl->options.draw_score_outlined = v;
     if (const int v = cuda::env_int("MVLLM_CUDA_ROW_SCORES", -1); v == 0 || v == 1) impl->options.scores_targets = v;
+    if (const int v = cuda::env_int("MVLLM_CUDA_TOP_SCORES", -1); v == 0 || v == 1) impl->options.scores_rows = v;
     MVLLM_CUDA_OK(cudaSetDevice(options.device));
     cudaDeviceProp prop{};
     MVLLM_CUDA_OK(cudaGetDeviceProperties(&prop, options.device));
@@ -667,6 +672,29 @@ void CudaBackend::Impl::ensure_copies(size_t n) {
     copy_capacity = cap;
 }
 
+void CudaBackend::Impl::ensure_scores(size_t n) {
+    if (n <= score_capacity) return;
+    const size_t cap = std::max(n, score_capacity * 2), old = score_capacity;
+    constexpr size_t kWords = cuda::kRowScoreWords;
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no kernel or copy uses the old buffers any more
+    ScoreAsk* host = nullptr;
+    int32_t* out = nullptr;
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * cap * sizeof(ScoreAsk), cudaHostAllocDefault));
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&out), 2 * cap * kWords * sizeof(int32_t), cudaHostAllocMapped));
+    if (old > 0) {  // both slots' results may still be read
+        for (size_t s = 0; s < 2; ++s)
+            std::memcpy(out + s * cap * kWords, score_out + s * old * kWords, old * kWords * sizeof(int32_t));
+        cudaFreeHost(asks_host);
+        cudaFree(asks_dev);
+        cudaFreeHost(score_out);
+    }
+    asks_host = host;
+    score_out = out;
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&asks_dev), 2 * cap * sizeof(ScoreAsk)));
+    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&score_out_dev), out, 0));
+    score_capacity = cap;
+}
+
 uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const TokenPicks& picks) {
     Impl& im = *impl_;
     const size_t rows = static_cast<size_t>(x.ne[1]);
@@ -687,6 +715,8 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
     if (drawn) im.ensure_draws(rows, cuda::draw_parts(x.ne[0]));
     const size_t n_penalties = picks.penalties.size();
     if (n_penalties > 0) im.ensure_penalties(n_penalties);
+    const size_t n_scores = picks.scores.size();
+    if (n_scores > 0) im.ensure_scores(n_scores);
     const uint64_t ticket = next_argmax_ticket();
     const size_t s = ticket % 2;
     if (n_penalties > 0) {  // slot s's staging, as the draws' below
@@ -713,6 +743,7 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
     slot.logprob = logprob;
     slot.targets = targets;
     slot.copied = copied;
+    slot.scored = n_scores;
     if (rows > 0 && drawn) {
         // Slot s's staging was last copied for ticket - 2, whose results the caller has read. One
         // copy per step: with the draws in mapped host memory every CTA (37 per row) read them
@@ -737,6 +768,14 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
                                         im.target_out_dev + s * im.target_capacity, im.stream);
         }
     }
+    if (n_scores > 0) {  // after the picks, whose tokens (argmax_fed) the rows without one score
+        ScoreAsk* host = im.asks_host + s * im.score_capacity;
+        ScoreAsk* dev = im.asks_dev + s * im.score_capacity;
+        std::memcpy(host, picks.scores.data(), n_scores * sizeof(ScoreAsk));
+        MVLLM_CUDA_OK(cudaMemcpyAsync(dev, host, n_scores * sizeof(ScoreAsk), cudaMemcpyHostToDevice, im.stream));
+        cuda::launch_row_scores(x, dev, static_cast<int64_t>(n_scores), im.argmax_fed,
+                                im.score_out_dev + s * im.score_capacity * cuda::kRowScoreWords, im.stream);
+    }
     MVLLM_CUDA_OK(cudaEventRecord(slot.done, im.stream));
     return ticket;
 }
@@ -752,6 +791,18 @@ void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob, f
     std::memcpy(dst, im.argmax_out + s * im.argmax_capacity, slot.rows * sizeof(int32_t));
     if (logprob) std::memcpy(logprob, im.argmax_logprob + s * im.argmax_capacity, slot.rows * sizeof(float));
     if (target_logprob) std::memcpy(target_logprob, im.target_out + s * im.target_capacity, slot.rows * sizeof(float));
+    Impl::ArgmaxSlot& kept = im.argmax_slots[s];
+    kept.scores.resize(slot.scored);
+    for (size_t i = 0; i < slot.scored; ++i) {  // the packed scores (cuda::launch_row_scores)
+        const int32_t* w = im.score_out + (s * im.score_capacity + i) * cuda::kRowScoreWords;
+        RowScore& r = kept.scores[i];
+        r.log_z = std::bit_cast<float>(w[0]);
+        r.token = w[1];
+        r.logit = std::bit_cast<float>(w[2]);
+        r.top.resize(static_cast<size_t>(w[3]));
+        for (size_t j = 0; j < r.top.size(); ++j)
+            r.top[j] = {w[cuda::kRowScoreHeader + 2 * j], std::bit_cast<float>(w[cuda::kRowScoreHeader + 2 * j + 1])};
+    }
     // A step's result read before the next step is queued: the host's turn between two steps.
     Impl::GraphTiming& t = im.graph_timing;
     if (t.enabled && ticket == last_argmax_ticket() && t.launched != std::chrono::steady_clock::time_point{}) {
@@ -763,13 +814,23 @@ void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob, f
 }
 
 void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob, const TokenPicks& picks,
-                              float* target_logprob, float* copied) {
+                              float* target_logprob, float* copied, RowScore* scores) {
     const uint64_t ticket = argmax_enqueue(x, logprob != nullptr, picks);
     argmax_result(ticket, dst, logprob, target_logprob);
     if (copied) std::memcpy(copied, copied_rows(ticket), impl_->argmax_slots[ticket % 2].copied * sizeof(float));
+    if (scores) std::copy_n(row_scores(ticket), picks.scores.size(), scores);
 }
 
 bool CudaBackend::scores_targets() const { return impl_->options.scores_targets; }
+
+bool CudaBackend::scores_rows() const { return impl_->options.scores_rows; }
+
+const RowScore* CudaBackend::row_scores(uint64_t ticket) const {
+    const Impl& im = *impl_;
+    const size_t s = ticket % 2;
+    MVLLM_CHECK(ticket != 0 && im.argmax_slots[s].ticket == ticket) << "greedy result " << ticket << " is no longer kept";
+    return im.argmax_slots[s].scores.data();
+}
 
 const float* CudaBackend::copied_rows(uint64_t ticket) const {
     const Impl& im = *impl_;

@@ -64,6 +64,11 @@ struct CudaBackendOptions {
     // `perplexity` on the 0.5B 4,790 -> 56,056 tok/s (H100, twenty-ninth session).
     // MVLLM_CUDA_ROW_SCORES=0 turns it off. argmax_rows scores targets it is given either way.
     bool scores_targets = true;
+    // The engine has the rows it would score on the host (top logprobs, a drawn token's logprob)
+    // scored on the device (cuda::launch_row_scores: log-sum-exp, the token's logit and the top
+    // alternatives, ~170 bytes a row) instead of copying each 0.6 MB row back.
+    // MVLLM_CUDA_TOP_SCORES=0 turns it off. argmax_rows scores rows it is asked to either way.
+    bool scores_rows = true;
 };
 
 // True when a CUDA device can be used (driver present, at least one device).
@@ -137,15 +142,18 @@ public:
     // penalties change x in place first (cuda::launch_penalties), and rows with a TokenDraw of
     // temperature > 0 are drawn on the device (cuda::launch_draw).
     void argmax_rows(const TensorView& x, int32_t* dst, float* logprob = nullptr, const TokenPicks& picks = {},
-                     float* target_logprob = nullptr, float* copied = nullptr) override;
+                     float* target_logprob = nullptr, float* copied = nullptr, RowScore* scores = nullptr) override;
     // The argmax (or draw) kernels queued on the stream; their results land in one of two mapped
     // host slots (ticket % 2) and, for fed tokens, in a device buffer the embedding reads.
     uint64_t argmax_enqueue(const TensorView& x, bool logprob, const TokenPicks& picks = {}) override;
     void argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob = nullptr) override;
     // In the slot's pinned staging, written by copies queued before the argmax kernels.
     const float* copied_rows(uint64_t ticket) const override;
+    // Unpacked from the slot's mapped results by argmax_result.
+    const RowScore* row_scores(uint64_t ticket) const override;
     bool applies_penalties() const override;
     bool scores_targets() const override;
+    bool scores_rows() const override;
     bool embeds_fed_tokens() const override;
     // Raw byte copies between a device tensor and host memory (tests, tools). Synchronous.
     void download(const TensorView& x, void* dst);

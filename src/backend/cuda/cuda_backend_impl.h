@@ -120,6 +120,8 @@ struct CudaBackend::Impl {
         bool logprob = false;
         bool targets = false;
         size_t copied = 0;           // floats of copied rows (TokenPicks::copies) in copies_host
+        size_t scored = 0;           // rows scored (TokenPicks::scores) into score_out
+        std::vector<RowScore> scores;  // unpacked by argmax_result
         cudaEvent_t done = nullptr;  // recorded after the slot's kernels
     };
     ArgmaxSlot argmax_slots[2];
@@ -159,6 +161,16 @@ struct CudaBackend::Impl {
     size_t copy_capacity = 0;      // floats a slot
     // Grows the copy buffers to at least n floats a slot (keeping both slots' rows).
     void ensure_copies(size_t n);
+    // A step's scored rows (TokenPicks::scores) staged and copied per slot, and their packed scores
+    // (cuda::launch_row_scores) in mapped host memory per slot.
+    ScoreAsk* asks_host = nullptr;  // [2][score_capacity], host (pinned)
+    ScoreAsk* asks_dev = nullptr;   // [2][score_capacity], device
+    int32_t* score_out = nullptr;   // [2][score_capacity][kRowScoreWords], host (mapped)
+    int32_t* score_out_dev = nullptr;
+    size_t score_capacity = 0;
+    // Grows the score buffers to at least n rows a slot (the slots' packed scores are unpacked as
+    // they are read, so nothing is kept).
+    void ensure_scores(size_t n);
 
     cuda::MatmulScratch matmul_scratch;
     std::unique_ptr<cuda::GemmTuner> gemm_tuner;  // matmul_scratch.tuner

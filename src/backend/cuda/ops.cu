@@ -626,6 +626,120 @@ void launch_target_logprob(const TensorView& x, const int32_t* targets, const in
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
+// ---- Row scores (TokenPicks::scores): one CTA per asked row reads it once. Each thread keeps its
+// running (max, rescaled sum), as max_logprob_kernel, and its kMaxTopLogprobs best values as argmax
+// keys (value order, then the first index: core/draw.h's order), in registers; then n_top rounds of
+// a CTA-wide maximum take the best head, whose thread drops it. NaN never enters the list (the
+// host's top_k_tokens skips it); it does poison the sum, as on the host.
+constexpr int kScoreThreads = 512, kScoreAhead = 4;  // float4 loads in flight per thread
+
+__device__ __forceinline__ void score_value(float v, int64_t i, int n_top, float& m, float& s,
+                                            unsigned long long (&top)[kMaxTopLogprobs]) {
+    merge_max_sum(m, s, v, 1.0f);
+    if (n_top == 0 || isnan(v)) return;
+    const unsigned long long key = argmax_key(v, static_cast<uint32_t>(i));
+    if (key <= top[kMaxTopLogprobs - 1]) return;
+    top[kMaxTopLogprobs - 1] = key;
+#pragma unroll
+    for (int j = kMaxTopLogprobs - 1; j > 0; --j)
+        if (top[j] > top[j - 1]) {
+            const unsigned long long t = top[j];
+            top[j] = top[j - 1];
+            top[j - 1] = t;
+        }
+}
+
+__global__ void __launch_bounds__(kScoreThreads) row_scores_kernel(const float* x, int64_t width, const ScoreAsk* asks,
+                                                                   const int32_t* picked, int32_t* out) {
+    pdl_begin();
+    constexpr int kWarps = kScoreThreads / 32;
+    __shared__ float ms[kWarps], ss[kWarps];
+    __shared__ unsigned long long warp_best[kWarps];
+    __shared__ unsigned long long best;
+    const ScoreAsk a = asks[blockIdx.x];
+    const float* r = x + static_cast<int64_t>(a.row) * width;
+    const int n_top = a.n_top;
+    unsigned long long top[kMaxTopLogprobs];
+#pragma unroll
+    for (int j = 0; j < kMaxTopLogprobs; ++j) top[j] = 0;
+    float m = -INFINITY, s = 0.0f;
+    const bool vec = width % 4 == 0;  // then every row starts 16-byte aligned
+    for (int64_t q0 = threadIdx.x; 4 * q0 < width; q0 += kScoreAhead * kScoreThreads) {
+        float4 v[kScoreAhead];
+#pragma unroll
+        for (int k = 0; k < kScoreAhead; ++k) {
+            const int64_t i = 4 * (q0 + k * kScoreThreads);
+            if (i >= width) continue;
+            if (vec) {
+                v[k] = __ldcg(reinterpret_cast<const float4*>(r + i));
+            } else {
+                v[k].x = __ldcg(r + i);
+                v[k].y = i + 1 < width ? __ldcg(r + i + 1) : 0.0f;
+                v[k].z = i + 2 < width ? __ldcg(r + i + 2) : 0.0f;
+                v[k].w = i + 3 < width ? __ldcg(r + i + 3) : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < kScoreAhead; ++k) {
+            const int64_t i = 4 * (q0 + k * kScoreThreads);
+            if (i >= width) continue;
+            score_value(v[k].x, i, n_top, m, s, top);
+            if (i + 1 < width) score_value(v[k].y, i + 1, n_top, m, s, top);
+            if (i + 2 < width) score_value(v[k].z, i + 2, n_top, m, s, top);
+            if (i + 3 < width) score_value(v[k].w, i + 3, n_top, m, s, top);
+        }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) merge_max_sum(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    if (lane == 0) ms[warp] = m, ss[warp] = s;
+    int32_t* o = out + static_cast<int64_t>(blockIdx.x) * kRowScoreWords;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < kWarps; ++w) merge_max_sum(m, s, ms[w], ss[w]);
+        const int32_t token = a.token >= 0 ? a.token : picked[a.row];
+        o[0] = __float_as_int(m + logf(s));
+        o[1] = token;
+        o[2] = __float_as_int(r[token]);
+    }
+    int n = 0;
+    for (; n < n_top; ++n) {
+        unsigned long long k = top[0];
+#pragma unroll
+        for (int d = 16; d > 0; d >>= 1) k = max(k, __shfl_xor_sync(0xffffffffu, k, d));
+        if (lane == 0) warp_best[warp] = k;
+        __syncthreads();
+        if (warp == 0) {
+            k = lane < kWarps ? warp_best[lane] : 0ull;
+#pragma unroll
+            for (int d = 16; d > 0; d >>= 1) k = max(k, __shfl_xor_sync(0xffffffffu, k, d));
+            if (lane == 0) best = k;
+        }
+        __syncthreads();
+        const unsigned long long b = best;
+        if (b == 0) break;  // fewer values than n_top
+        if (top[0] == b) {  // keys are unique (the index is in them): one thread drops its head
+#pragma unroll
+            for (int j = 0; j + 1 < kMaxTopLogprobs; ++j) top[j] = top[j + 1];
+            top[kMaxTopLogprobs - 1] = 0;
+        }
+        if (threadIdx.x == 0) {
+            o[kRowScoreHeader + 2 * n] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(b & 0xFFFFFFFFu));
+            o[kRowScoreHeader + 2 * n + 1] = __float_as_int(order_key_value(static_cast<uint32_t>(b >> 32)));
+        }
+    }
+    if (threadIdx.x == 0) o[3] = n;
+}
+
+void launch_row_scores(const TensorView& x, const ScoreAsk* asks, int64_t n_asks, const int32_t* picked, int32_t* out,
+                       cudaStream_t stream) {
+    MVLLM_CHECK(x.type == DType::F32) << "row_scores input " << type_name(x.type);
+    if (n_asks == 0) return;
+    launch_pdl(row_scores_kernel, static_cast<unsigned>(n_asks), kScoreThreads, 0, stream,
+               static_cast<const float*>(x.data), x.ne[0], asks, picked, out);
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
 void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream) {
     MVLLM_CHECK(x.type == DType::F32) << "max_logprob input " << type_name(x.type);
     if (x.ne[1] == 0) return;

@@ -87,6 +87,15 @@ void launch_draw_cut(const float* x, int64_t width, int64_t n_rows, const TokenD
 // out[r] = the log-softmax of row r's maximum, -log sum_i exp(x[r][i] - max_r) (F32 x). One CTA
 // per row, one pass (running maximum and rescaled sum per thread, merged at the end).
 void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream);
+// Scores of the rows asks names (TokenPicks::scores) of F32 x: per ask, kRowScoreWords 32-bit
+// words at out + i * kRowScoreWords: log sum_j exp(x[row][j]) (float), the scored token (the ask's,
+// or picked[row] for -1: the draw's or argmax's device result), its logit (float), how many
+// alternatives follow (n_top, fewer where the row has fewer non-NaN values), then (id, logit
+// (float)) pairs in (logit descending, id ascending) order. One CTA per ask; out may be mapped host
+// memory.
+constexpr int kRowScoreHeader = 4, kRowScoreWords = kRowScoreHeader + 2 * kMaxTopLogprobs;
+void launch_row_scores(const TensorView& x, const ScoreAsk* asks, int64_t n_asks, const int32_t* picked, int32_t* out,
+                       cudaStream_t stream);
 // out[r] = x[r][targets[r]]'s log-softmax for the rows with a target (>= 0), from the row's argmax
 // (argmax[r]) and its log-softmax (max_logprob[r]): x[r][t] - (x[r][argmax] - max_logprob[r]). One
 // thread per row; argmax, max_logprob and out may be mapped host memory.
