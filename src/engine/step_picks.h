@@ -29,7 +29,8 @@ struct PromptRows {
 };
 PromptRows prompt_rows(const ScheduledSequence& s);
 
-// Which rows of a backend-picked step are scored on the host from their copied logits.
+// Which rows of a backend-picked step are scored apart from the picks: from their copied logits on
+// the host, or by the backend (TokenPicks::scores).
 struct HostScored {
     bool drawn = false;    // some row is drawn: no device logprobs in the step
     bool targets = false;  // prompt rows' targets scored by the backend
@@ -49,8 +50,8 @@ using RowRunner = std::function<void(int64_t n, const RowRange& fn)>;
 // The backend's picks for a backend-picked step, row by row: a prompt row's target (the prompt
 // token it predicts) or its copy; one value of each drawing request's generator per token, as
 // sample_token takes it; the penalties of a sampling row from its sequence's counts, brought up to
-// date (listed through run_rows); the copy of a sampling row whose logprobs the device does not
-// give. Rows past the sampled ones (n_logit_rows) are padding: argmax. Returns whether the device
+// date (listed through run_rows); the score (or the copy) of a sampling row whose logprobs the
+// device's argmax does not give. Rows past the sampled ones (n_logit_rows) are padding: argmax. Returns whether the device
 // gives greedy logprobs in the step.
 bool build_picks(const SchedulerOutput& plan, const Backend& backend, int64_t n_vocab, size_t n_logit_rows,
                  const RowRunner& run_rows, TokenPicks* picks);
