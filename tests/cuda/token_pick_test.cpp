@@ -275,7 +275,9 @@ TEST(CudaOps, TargetLogprobsEqualTheHost) {
 // descending, id ascending) order with their logits, bit for bit, and log_z to float rounding. The
 // rows hold runs of tied values (so the order among equal logits is checked), one row is drawn (its
 // score is of the drawn token), one asks for more alternatives than a 97-wide row of ties would
-// break, and widths that are and are not a multiple of 4 take both load paths.
+// break, and widths that are and are not a multiple of 4 take both load paths. In row 0 the 8 best
+// values all fall to one thread (floats 0-3 and 2048-2051: its first and second float4), more
+// than its short list keeps, so the selection must be redone (row_scores_exact_kernel).
 TEST(CudaOps, RowScoresEqualTheHost) {
     MVLLM_REQUIRE_GPU();
     auto be = make_cuda();
@@ -289,11 +291,13 @@ TEST(CudaOps, RowScoresEqualTheHost) {
             if (i % 7 == 3) x[i] = std::round(x[i]);  // ties, several of them near each row's top
         }
         x[2 * width + 5] = x[2 * width + 9] = 40.0f;  // a tie at the very top of row 2
+        if (width > 2052)
+            for (int j = 0; j < 4; ++j) x[j] = 50.0f + static_cast<float>(j), x[2048 + j] = 54.0f + static_cast<float>(j);
         TokenPicks picks;
         picks.penalties = {{1, 3, 2.0f, 1.2f, 0.0f}, {4, static_cast<int32_t>(width - 2), 9.0f, 1.0f, 0.0f}};
         picks.draws.assign(n_rows, TokenDraw{});
         picks.draws[3] = {0.8f, 0.0f, mix64(width), 0, 1.0f};
-        picks.scores = {{0, -1, 5},
+        picks.scores = {{0, -1, 8},
                         {1, 3, 20},
                         {2, -1, 3},
                         {3, -1, 2},
@@ -323,6 +327,7 @@ TEST(CudaOps, RowScoresEqualTheHost) {
         }
         EXPECT_EQ(scores[2].top[0].first, 5);  // the tie at the top: the lower id first
         EXPECT_EQ(scores[2].top[1].first, 9);
+        if (width > 2052) EXPECT_EQ(scores[0].top[7].first, 0);  // the 8th best, from the redone selection
     }
 }
 

@@ -185,12 +185,7 @@ TEST(Engine, PromptLogprobsMatchTransformers) {
 // (EngineOptions::max_copied_logits_bytes), the steps that need more go to the host sampler
 // whole, with the same results bit for bit.
 TEST(Engine, PromptLogprobsScoredByTheBackendEqualTheHosts) {
-    CpuBackendOptions bo;
-    bo.n_threads = 1;
-    bo.scores_targets = true;
-    CpuBackend scoring(bo);
-    auto decoder = Decoder::create(*tiny().model, scoring);
-    ASSERT_TRUE(decoder.is_ok()) << decoder.status().message();
+    const TinyOnBackend scoring = tiny_scoring(true, false);
     const test::Reference ref = test::load_reference("tiny-llama");
     for (const int32_t n_top : {0, 1, 3}) {
         SCOPED_TRACE("prompt_logprobs " + std::to_string(n_top));
@@ -207,7 +202,7 @@ TEST(Engine, PromptLogprobsScoredByTheBackendEqualTheHosts) {
         requests[1].sampling.max_tokens = 6;
         requests[1].sampling.ignore_eos = true;
         auto on_host = Engine::create(*tiny().decoder, o).value();
-        auto on_backend = Engine::create(**decoder, o).value();
+        auto on_backend = Engine::create(*scoring.decoder, o).value();
         EngineOptions capped = o;
         capped.max_copied_logits_bytes = 2 * tiny().decoder->config().n_vocab * static_cast<int64_t>(sizeof(float));
         auto whole_steps = Engine::create(*tiny().decoder, capped).value();
@@ -245,12 +240,7 @@ TEST(Engine, PromptLogprobsScoredByTheBackendEqualTheHosts) {
 // host sampler gives, bit for bit: greedy and drawn requests, penalised or not, asking for the
 // chosen token's logprob alone, for 2-5 or for 20 alternatives, and for prompt logprobs with 3.
 TEST(Engine, RowsScoredByTheBackendEqualTheHosts) {
-    CpuBackendOptions bo;
-    bo.n_threads = 1;
-    bo.scores_rows = true;
-    CpuBackend scoring(bo);
-    auto decoder = Decoder::create(*tiny().model, scoring);
-    ASSERT_TRUE(decoder.is_ok()) << decoder.status().message();
+    const TinyOnBackend scoring = tiny_scoring(false, true);
     std::mt19937 rng(53);
     std::vector<Request> requests(5);
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -269,7 +259,7 @@ TEST(Engine, RowsScoredByTheBackendEqualTheHosts) {
     host.host_sampling = true;
     auto on_host = Engine::create(*tiny().decoder, host).value();
     auto copied = Engine::create(*tiny().decoder, small_options(256)).value();
-    auto scored = Engine::create(**decoder, small_options(256)).value();
+    auto scored = Engine::create(*scoring.decoder, small_options(256)).value();
     const std::vector<Outcome> a = run_all(*on_host, requests), b = run_all(*copied, requests),
                                c = run_all(*scored, requests);
     for (size_t i = 0; i < requests.size(); ++i) {

@@ -39,6 +39,25 @@ inline TinyModel& tiny() {
     return t;
 }
 
+// The tiny model on a one-thread CpuBackend of its own that scores prompt targets and / or rows
+// (CpuBackendOptions::scores_targets, scores_rows).
+struct TinyOnBackend {
+    std::unique_ptr<CpuBackend> backend;
+    std::unique_ptr<Decoder> decoder;
+};
+inline TinyOnBackend tiny_scoring(bool scores_targets, bool scores_rows) {
+    CpuBackendOptions o;
+    o.n_threads = 1;
+    o.scores_targets = scores_targets;
+    o.scores_rows = scores_rows;
+    TinyOnBackend t;
+    t.backend = std::make_unique<CpuBackend>(o);
+    auto dec = Decoder::create(*tiny().model, *t.backend);
+    MVLLM_CHECK(dec.is_ok()) << dec.status().message();
+    t.decoder = std::move(dec.value());
+    return t;
+}
+
 inline EngineOptions small_options(int64_t n_blocks, int32_t block_size = 4) {
     EngineOptions o;
     o.kv_cache_blocks = n_blocks;

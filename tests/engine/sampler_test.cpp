@@ -166,6 +166,49 @@ TEST(Sampler, MalformedPicksAreRefused) {
     EXPECT_NE(error(copies({1, 1})).find("increasing"), std::string::npos);
     EXPECT_NE(error(copies({3})).find("increasing"), std::string::npos);
     EXPECT_NE(error(copies({-1})).find("increasing"), std::string::npos);
+    const auto scores = [](std::vector<ScoreAsk> asks) {
+        TokenPicks p;
+        p.scores = std::move(asks);
+        return p;
+    };
+    EXPECT_EQ(error(scores({{0, -1, 0}, {2, 9, kMaxTopLogprobs}})), "");
+    EXPECT_NE(error(scores({{2, -1, 1}, {1, -1, 1}})).find("increasing"), std::string::npos);
+    EXPECT_NE(error(scores({{3, -1, 1}})).find("increasing"), std::string::npos);
+    EXPECT_NE(error(scores({{0, 10, 1}})).find("outside"), std::string::npos);  // token
+    EXPECT_NE(error(scores({{0, -2, 1}})).find("outside"), std::string::npos);
+    EXPECT_NE(error(scores({{0, -1, kMaxTopLogprobs + 1}})).find("alternatives"), std::string::npos);
+    EXPECT_NE(error(scores({{0, -1, -1}})).find("alternatives"), std::string::npos);
+}
+
+// score_row (what a backend returns for TokenPicks::scores) gives token_logprob's logprobs through
+// row_logprob, bit for bit; its alternatives are top_k_tokens' with their logits, ties by lower id,
+// and never more than the row holds.
+TEST(Sampler, RowScoresGiveTheTokenLogprobs) {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> row(1000);
+    for (float& v : row) v = std::round(normal(rng) * 4.0f) / 4.0f;  // many ties
+    for (const int32_t n_top : {0, 1, 7, kMaxTopLogprobs}) {
+        const RowScore s = score_row(row.data(), 1000, 17, n_top);
+        TokenLogprob want;
+        token_logprob(row.data(), 1000, 17, n_top, &want);
+        const TokenLogprob got = row_logprob(s);
+        EXPECT_EQ(got.token, 17);
+        EXPECT_EQ(got.logprob, want.logprob);
+        EXPECT_EQ(got.top, want.top);
+        EXPECT_EQ(s.logit, row[17]);
+        const std::vector<int32_t> ids = top_k_tokens(row.data(), 1000, n_top);
+        ASSERT_EQ(s.top.size(), ids.size());
+        for (size_t j = 0; j < ids.size(); ++j) {
+            EXPECT_EQ(s.top[j].first, ids[j]);
+            EXPECT_EQ(s.top[j].second, row[ids[j]]);
+            if (j > 0 && s.top[j].second == s.top[j - 1].second) EXPECT_GT(s.top[j].first, s.top[j - 1].first);
+        }
+        double z = 0;
+        for (const float v : row) z += std::exp(static_cast<double>(v));
+        EXPECT_NEAR(s.log_z, std::log(z), 1e-7);  // the terms below e^-4 of the max summed in float
+    }
+    EXPECT_EQ(score_row(row.data(), 5, 0, kMaxTopLogprobs).top.size(), 5u);
 }
 
 TEST(Sampler, TopKTopPMinPFilters) {
