@@ -117,6 +117,34 @@ void penalty_counts_step(benchmark::State& state) {
     state.counters["entries"] = static_cast<double>(list.size());
 }
 
+// B4(b)'s penalised decode step on one thread: 256 sequences of 512 random prompt tokens and a
+// growing output of random ones (~1,000 distinct tokens each, as the benchmark's random prompts
+// give), each adding one token, its counts brought up to date and its list appended to the step's.
+void penalty_lists_256(benchmark::State& state) {
+    constexpr int kSeqs = 256;
+    std::mt19937_64 gen(11);
+    std::vector<std::vector<int32_t>> tokens(kSeqs);
+    std::vector<PenaltyCounts> counts(kSeqs);
+    for (int s = 0; s < kSeqs; ++s) {
+        for (int i = 0; i < 512 + 400; ++i) tokens[s].push_back(static_cast<int32_t>(gen() % kVocab));
+        counts[s].update(tokens[s], 512);
+    }
+    SamplingParams p;
+    p.repetition_penalty = 1.1f;
+    std::vector<TokenPenalty> list;
+    for (auto _ : state) {
+        list.clear();
+        for (int s = 0; s < kSeqs; ++s) {
+            tokens[s].push_back(static_cast<int32_t>(gen() % kVocab));
+            counts[s].update(tokens[s], 512);
+            counts[s].append_penalties(p, s, kVocab, &list);
+        }
+        benchmark::DoNotOptimize(list.data());
+    }
+    state.counters["entries"] = static_cast<double>(list.size());
+}
+
+BENCHMARK(penalty_lists_256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(penalties_from_scratch)->Arg(1024)->Arg(32768)->Unit(benchmark::kMicrosecond);
 BENCHMARK(penalty_counts_step)->Arg(1024)->Arg(32768)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(run, greedy, with(0.0f))->Unit(benchmark::kMicrosecond);
