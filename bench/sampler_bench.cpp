@@ -13,7 +13,11 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
+#include "core/thread_pool.h"
 #include "engine/sampler.h"
+#include "engine/sequence.h"
+#include "engine/step_picks.h"
 
 namespace mvllm {
 namespace {
@@ -144,7 +148,37 @@ void penalty_lists_256(benchmark::State& state) {
     state.counters["entries"] = static_cast<double>(list.size());
 }
 
-BENCHMARK(penalty_lists_256)->Unit(benchmark::kMicrosecond);
+// The same step through the engine's build_picks (the lists gathered into the step's TokenPicks),
+// on a pool of range(0) threads. 300 steps each (the contexts grow: the entries depend on the count).
+void build_picks_256(benchmark::State& state) {
+    constexpr int kSeqs = 256;
+    std::mt19937_64 gen(11);
+    std::vector<Sequence> seqs(kSeqs);
+    SchedulerOutput plan;
+    for (int s = 0; s < kSeqs; ++s) {
+        Sequence& q = seqs[static_cast<size_t>(s)];
+        for (int i = 0; i < 512 + 400; ++i) q.tokens.push_back(static_cast<int32_t>(gen() % kVocab));
+        q.n_prompt = 512;
+        q.params.temperature = 0.0f;
+        q.params.repetition_penalty = 1.1f;
+        plan.scheduled.push_back({&q, 1, true});
+    }
+    CpuBackendOptions bo;
+    bo.n_threads = 1;
+    CpuBackend backend(bo);
+    ThreadPool pool(static_cast<int>(state.range(0)));
+    const RowRunner rows = [&](int64_t n, const RowRange& fn) { pool.parallel_for(n, fn); };
+    TokenPicks picks;
+    for (auto _ : state) {
+        for (Sequence& q : seqs) q.tokens.push_back(static_cast<int32_t>(gen() % kVocab)), ++q.n_computed;
+        build_picks(plan, backend, kVocab, kSeqs, rows, &picks);
+        benchmark::DoNotOptimize(picks.penalties.data());
+    }
+    state.counters["entries"] = static_cast<double>(picks.penalties.size());
+}
+
+BENCHMARK(penalty_lists_256)->Iterations(300)->Unit(benchmark::kMicrosecond);
+BENCHMARK(build_picks_256)->Arg(1)->Arg(2)->Arg(16)->Iterations(300)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(penalties_from_scratch)->Arg(1024)->Arg(32768)->Unit(benchmark::kMicrosecond);
 BENCHMARK(penalty_counts_step)->Arg(1024)->Arg(32768)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(run, greedy, with(0.0f))->Unit(benchmark::kMicrosecond);

@@ -32,7 +32,7 @@ void normalise_logit_bias(SamplingParams* p) {
 }
 
 void PenaltyCounts::update(const std::vector<int32_t>& tokens, int64_t n_prompt) {
-    if (tokens.size() < n_counted_) counts_.clear(), n_counted_ = 0;
+    if (tokens.size() < n_counted_) counts_.clear(), n_counted_ = 0, list_valid_ = false;
     if (tokens.size() == n_counted_) return;
     if (tokens.size() - n_counted_ <= 4) {  // a decode step's token (or a few accepted drafts): in place
         for (size_t i = n_counted_; i < tokens.size(); ++i) {
@@ -40,10 +40,12 @@ void PenaltyCounts::update(const std::vector<int32_t>& tokens, int64_t n_prompt)
             auto it = std::lower_bound(counts_.begin(), counts_.end(), std::make_pair(t, INT32_MIN));
             if (it == counts_.end() || it->first != t) it = counts_.insert(it, {t, 0});
             it->second += static_cast<int64_t>(i) >= n_prompt ? 1 : 0;
+            if (list_valid_) changed_.push_back(t);
         }
         n_counted_ = tokens.size();
         return;
     }
+    list_valid_ = false;
     // Many new tokens (a prompt): sorted and counted, then merged into counts_.
     std::vector<std::pair<int32_t, int32_t>> added;
     added.reserve(tokens.size() - n_counted_);
@@ -92,6 +94,39 @@ void PenaltyCounts::append_penalties(const SamplingParams& p, int32_t row, int64
         add(t, bias, true, c);
     }
     for (; b != b_end; ++b) add(b->first, b->second, false, 0);
+}
+
+const std::vector<TokenPenalty>& PenaltyCounts::penalties(const SamplingParams& p, int64_t n_vocab) {
+    if (!list_valid_ || n_vocab != list_vocab_ || p.repetition_penalty != list_repetition_ ||
+        p.presence_penalty != list_presence_ || p.frequency_penalty != list_frequency_ || p.logit_bias != list_bias_) {
+        list_.clear();
+        append_penalties(p, 0, n_vocab, &list_);
+        list_valid_ = true;
+        list_vocab_ = n_vocab;
+        list_repetition_ = p.repetition_penalty, list_presence_ = p.presence_penalty;
+        list_frequency_ = p.frequency_penalty, list_bias_ = p.logit_bias;
+        changed_.clear();
+        return list_;
+    }
+    // Each counted token's entry as append_penalties lists it (it is in counts_ now, so seen).
+    for (const int32_t t : changed_) {
+        if (t < 0 || t >= n_vocab) continue;
+        const auto c = std::lower_bound(counts_.begin(), counts_.end(), std::make_pair(t, INT32_MIN));
+        const auto b = std::lower_bound(p.logit_bias.begin(), p.logit_bias.end(), std::make_pair(t, -INFINITY));
+        const float bias = b != p.logit_bias.end() && b->first == t ? b->second : 0.0f;
+        const auto at = std::lower_bound(list_.begin(), list_.end(), t,
+                                         [](const TokenPenalty& e, int32_t token) { return e.token < token; });
+        const bool listed = at != list_.end() && at->token == t;
+        TokenPenalty e;
+        if (penalty_of(p, 0, t, bias, true, c->second, &e)) {
+            if (listed) *at = e;
+            else list_.insert(at, e);
+        } else if (listed) {
+            list_.erase(at);
+        }
+    }
+    changed_.clear();
+    return list_;
 }
 
 // The entries PenaltyCounts would list, from scratch in three passes (the bias list, a bit per

@@ -35,10 +35,22 @@ public:
     // frequency * count) over the output.
     void append_penalties(const SamplingParams& params, int32_t row, int64_t n_vocab,
                           std::vector<TokenPenalty>* out) const;
+    // The same entries (row 0) kept from call to call: only the tokens update() counted since are
+    // listed again (a decode step changes one entry of ~1,000), unless params or n_vocab differ
+    // from the last call's or update() started over or took a prompt (then listed whole).
+    const std::vector<TokenPenalty>& penalties(const SamplingParams& params, int64_t n_vocab);
 
 private:
     std::vector<std::pair<int32_t, int32_t>> counts_;  // (token, count in the output), by token
     size_t n_counted_ = 0;
+    // penalties()' list, what it was listed for, and the tokens counted since (kept valid while
+    // update() only adds a few tokens).
+    std::vector<TokenPenalty> list_;
+    bool list_valid_ = false;
+    int64_t list_vocab_ = 0;
+    float list_repetition_ = 1.0f, list_presence_ = 0.0f, list_frequency_ = 0.0f;
+    std::vector<std::pair<int32_t, float>> list_bias_;
+    std::vector<int32_t> changed_;
 };
 
 // Applies the penalties in place: logits [n_vocab] f32 (the entries PenaltyCounts lists for

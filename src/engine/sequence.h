@@ -43,7 +43,6 @@ struct Sequence {
     std::mt19937_64 rng;
     std::vector<TokenLogprob> prompt_logprobs;  // [k]: prompt token k + 1's (params.prompt_logprobs)
     PenaltyCounts penalty_counts;  // kept up to date only while steps pass penalties to the backend
-    std::vector<TokenPenalty> penalty_list;  // this step's entries (build_picks' scratch)
 
     // streaming
     EventCallback on_event;

@@ -41,26 +41,33 @@ bool backend_picks_tokens(const SchedulerOutput& plan, const Backend& backend, i
 
 // picks->penalties: each penalised row's entries from its sequence's counts, brought up to date, in
 // row order. A served row lists every distinct token of its context (~1,000 entries at B4(b)'s
-// lengths, ~7 us), so a step of 256 rows is listed on the caller's threads, each sequence into its
-// own scratch, then copied into place.
+// lengths), kept by PenaltyCounts::penalties() from step to step (a decode step changes one), so
+// a step of 256 rows mostly copies: on the caller's threads, each sequence's list into its place
+// with its row.
 static void list_penalties(const std::vector<std::pair<Sequence*, int32_t>>& rows, int64_t n_vocab,
                            const RowRunner& run_rows, std::vector<TokenPenalty>* out) {
     const int64_t n = static_cast<int64_t>(rows.size());
+    std::vector<const std::vector<TokenPenalty>*> lists(rows.size());
     run_rows(n, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
-            const auto& [seq, row] = rows[static_cast<size_t>(i)];
+            Sequence* seq = rows[static_cast<size_t>(i)].first;
             seq->penalty_counts.update(seq->tokens, seq->n_prompt);
-            seq->penalty_list.clear();
-            seq->penalty_counts.append_penalties(seq->params, row, n_vocab, &seq->penalty_list);
+            lists[static_cast<size_t>(i)] = &seq->penalty_counts.penalties(seq->params, n_vocab);
         }
     });
     std::vector<size_t> at(rows.size() + 1, 0);
-    for (size_t i = 0; i < rows.size(); ++i) at[i + 1] = at[i] + rows[i].first->penalty_list.size();
+    for (size_t i = 0; i < rows.size(); ++i) at[i + 1] = at[i] + lists[i]->size();
+    // Resized from the last step's list, not from empty: only the entries past its size are
+    // value-initialised (from empty, the whole ~6 MB of a B4(b) step was zeroed on one thread).
     out->resize(at.back());
     run_rows(n, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
-            const std::vector<TokenPenalty>& list = rows[static_cast<size_t>(i)].first->penalty_list;
-            std::copy(list.begin(), list.end(), out->begin() + static_cast<ptrdiff_t>(at[static_cast<size_t>(i)]));
+            const int32_t row = rows[static_cast<size_t>(i)].second;
+            TokenPenalty* dst = out->data() + at[static_cast<size_t>(i)];
+            for (const TokenPenalty& e : *lists[static_cast<size_t>(i)]) {
+                *dst = e;
+                (dst++)->row = row;
+            }
         }
     });
 }
@@ -68,7 +75,6 @@ static void list_penalties(const std::vector<std::pair<Sequence*, int32_t>>& row
 bool build_picks(const SchedulerOutput& plan, const Backend& backend, int64_t n_vocab, size_t n_logit_rows,
                  const RowRunner& run_rows, TokenPicks* picks) {
     picks->draws.clear();
-    picks->penalties.clear();
     picks->targets.clear();
     picks->copies.clear();
     picks->scores.clear();

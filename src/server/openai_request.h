@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/draw.h"
 #include "engine/engine.h"
 
 namespace mvllm::server {
@@ -63,7 +64,7 @@ struct ChatRequest {
 // chat to "until the context is full" (-1).
 inline constexpr int32_t kDefaultCompletionMaxTokens = 16;
 inline constexpr int32_t kMaxChoices = 16;
-inline constexpr int32_t kMaxLogprobs = 20;
+inline constexpr int32_t kMaxLogprobs = kMaxTopLogprobs;  // what a backend scores (core/draw.h)
 
 std::optional<ApiError> parse_completion_request(const std::string& body, CompletionRequest* out);
 std::optional<ApiError> parse_chat_request(const std::string& body, ChatRequest* out);

@@ -49,8 +49,10 @@ TEST(Sampler, PenaltiesChangeExactLogits) {
 
 // PenaltyCounts grown a few tokens at a time lists what the definition gives, counted here from
 // scratch: every token of prompt + output once (repetition), presence + frequency x its output
-// count for the output's tokens, the logit bias (the last given for a token), nothing for tokens the parameters leave unchanged or outside the
-// vocabulary; by token, with the row given; and applied to a row, what apply_penalties does.
+// count for the output's tokens, the logit bias (the last given for a token), nothing for tokens
+// the parameters leave unchanged or outside the vocabulary; by token, with the row given; and
+// applied to a row, what apply_penalties does. The list penalties() keeps from step to step (and
+// lists again after the counts start over) is the same.
 TEST(Sampler, PenaltyCountsGrownStepByStepFollowTheDefinition) {
     std::mt19937 gen(3);
     const int64_t n_vocab = 50;
@@ -88,6 +90,15 @@ TEST(Sampler, PenaltyCountsGrownStepByStepFollowTheDefinition) {
                 if (changes) want.push_back(e);
             }
             ASSERT_EQ(got.size(), want.size()) << "trial " << trial << " step " << step;
+            const std::vector<TokenPenalty>& kept = counts.penalties(p, n_vocab);
+            ASSERT_EQ(kept.size(), got.size()) << "trial " << trial << " step " << step;
+            for (size_t i = 0; i < got.size(); ++i) {
+                EXPECT_EQ(kept[i].row, 0);
+                EXPECT_EQ(kept[i].token, got[i].token);
+                EXPECT_EQ(kept[i].bias, got[i].bias);
+                EXPECT_EQ(kept[i].repetition, got[i].repetition);
+                EXPECT_EQ(kept[i].subtract, got[i].subtract) << "token " << got[i].token;
+            }
             for (size_t i = 0; i < got.size(); ++i) {
                 EXPECT_EQ(got[i].row, 7);
                 EXPECT_EQ(got[i].token, want[i].token);
@@ -112,6 +123,7 @@ TEST(Sampler, PenaltyCountsGrownStepByStepFollowTheDefinition) {
         std::vector<TokenPenalty> got;
         counts.append_penalties(p, 0, n_vocab, &got);
         for (const TokenPenalty& e : got) EXPECT_EQ(e.subtract, 0.0f) << "token " << e.token;  // no output left
+        EXPECT_EQ(counts.penalties(p, n_vocab).size(), got.size());
     }
 }
 
