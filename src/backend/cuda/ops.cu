@@ -11,6 +11,7 @@
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/env.h"
+#include "backend/cuda/logit_rows.cuh"
 
 namespace mvllm::cuda {
 namespace {
@@ -147,13 +148,6 @@ __global__ void convert_kernel(const void* src, DType st, void* dst, DType dt, i
         store_any(dst, dt, i, load_any(src, st, i));
 }
 
-// A float's order key (common.cuh) packed above the complement of its index, so that one 64-bit
-// atomicMax keeps the maximum and, on ties, the first index. NaN takes key 0, below every number
-// (the host's argmax skips NaN; a row of NaN alone gives its first index).
-__device__ __forceinline__ unsigned long long argmax_key(float v, uint32_t i) {
-    return (static_cast<unsigned long long>(isnan(v) ? 0u : order_key(v)) << 32) | (0xFFFFFFFFu - i);
-}
-
 // Reads row blockIdx.y of x, elements [blockIdx.x * kArgmaxChunk, +kArgmaxChunk); merges its
 // (max, first index) into keys[row] (zeroed before). Grid (ceil(width / kArgmaxChunk), n_rows),
 // kArgmaxThreads threads. Each thread issues all its loads before it compares (a loop that compared
@@ -185,13 +179,6 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_partial_kernel(const fl
         for (int w = 1; w < kArgmaxThreads / 32; ++w) k = max(k, best[w]);
         atomicMax(keys + blockIdx.y, k);
     }
-}
-
-// (m, s) merged with (m2, s2): the running maximum and the sum of exp(x - m) over both.
-__device__ __forceinline__ void merge_max_sum(float& m, float& s, float m2, float s2) {
-    const float m_new = fmaxf(m, m2);
-    s = (m == -INFINITY ? 0.0f : s * __expf(m - m_new)) + (m2 == -INFINITY ? 0.0f : s2 * __expf(m2 - m_new));
-    m = m_new;
 }
 
 // out[blockIdx.x] = -log sum_i exp(x[row][i] - max) for row blockIdx.x. 1024 threads. A thread
@@ -623,188 +610,6 @@ void launch_target_logprob(const TensorView& x, const int32_t* targets, const in
     if (n_rows == 0) return;
     launch_pdl(target_logprob_kernel, static_cast<unsigned>(ceil_div(n_rows, 128)), 128, 0, stream,
                static_cast<const float*>(x.data), x.ne[0], targets, argmax, max_logprob, out, n_rows);
-    MVLLM_CUDA_LAUNCH_CHECK();
-}
-
-// ---- Row scores (TokenPicks::scores): one CTA per asked row reads it once for its log-sum-exp
-// and its n_top best values. Per thread: a running (max, rescaled sum), one exponential per value
-// (the max taken over 16 values before they are added), and its K best values as argmax keys (value
-// order, then the lower index: core/draw.h's order) in a register list kept sorted by an unrolled
-// insertion. Then n_top rounds of a CTA-wide maximum of the lists' heads, the winner dropping its
-// head. A list of K = kScoreList values is enough unless one thread holds more than K of the best
-// n_top (a thread sees every 512th float4 of the row, so logits never ordered that way); the rounds
-// notice when a thread that dropped values runs dry before the last one, and a second kernel then
-// redoes that row's selection from lists of kMaxTopLogprobs values, which always suffice (measured
-// on the H100: lists of 20 for everyone made the kernel compute-bound, 547 us for 256 rows; the
-// second kernel's lists in the first would double its registers). NaN never enters a list (the
-// host's top_k_tokens skips it) but makes log Z NaN, as on the host.
-constexpr int kScoreThreads = 512, kScoreAhead = 4, kScoreList = 4;  // float4 loads in flight per thread
-
-template <int K>
-__device__ __forceinline__ void offer_top(unsigned long long (&top)[K], unsigned long long key) {
-    if (key <= top[K - 1]) return;
-    top[K - 1] = key;
-#pragma unroll
-    for (int j = K - 1; j > 0; --j)
-        if (top[j] > top[j - 1]) {
-            const unsigned long long t = top[j];
-            top[j] = top[j - 1];
-            top[j - 1] = t;
-        }
-}
-
-// One pass over row r [width]: each thread's K best keys (when n_top > 0), how many values it saw,
-// and, when Sum, its (max, sum of exp(x - max)) and whether it saw a NaN.
-template <int K, bool Sum>
-__device__ __forceinline__ void scan_row(const float* r, int64_t width, int n_top, unsigned long long (&top)[K],
-                                         int& n_seen, float& m, float& s, bool& nan) {
-#pragma unroll
-    for (int j = 0; j < K; ++j) top[j] = 0;
-    n_seen = 0;
-    const bool vec = width % 4 == 0;  // then every row starts 16-byte aligned
-    for (int64_t q0 = threadIdx.x; 4 * q0 < width; q0 += kScoreAhead * kScoreThreads) {
-        float v[kScoreAhead][4];
-#pragma unroll
-        for (int k = 0; k < kScoreAhead; ++k) {
-            const int64_t i = 4 * (q0 + k * kScoreThreads);
-            if (vec && i < width) {
-                const float4 f = __ldcg(reinterpret_cast<const float4*>(r + i));
-                v[k][0] = f.x, v[k][1] = f.y, v[k][2] = f.z, v[k][3] = f.w;
-            } else {
-#pragma unroll
-                for (int c = 0; c < 4; ++c) v[k][c] = i + c < width ? __ldcg(r + i + c) : -INFINITY;
-            }
-        }
-        if constexpr (Sum) {
-            float cmax = -INFINITY;
-#pragma unroll
-            for (int k = 0; k < kScoreAhead; ++k)
-#pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    cmax = fmaxf(cmax, v[k][c]);  // -INFINITY past the row's end adds nothing
-                    nan |= isnan(v[k][c]);
-                }
-            const float m_new = fmaxf(m, cmax);
-            if (m_new != -INFINITY) {
-                float add = 0.0f;
-#pragma unroll
-                for (int k = 0; k < kScoreAhead; ++k)
-#pragma unroll
-                    for (int c = 0; c < 4; ++c) add += __expf(v[k][c] - m_new);
-                s = s * __expf(m - m_new) + add;
-                m = m_new;
-            }
-        }
-        if (n_top == 0) continue;
-#pragma unroll
-        for (int k = 0; k < kScoreAhead; ++k)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const int64_t i = 4 * (q0 + k * kScoreThreads) + c;
-                if (i >= width) continue;
-                ++n_seen;
-                if (!isnan(v[k][c])) offer_top<K>(top, argmax_key(v[k][c], static_cast<uint32_t>(i)));
-            }
-    }
-}
-
-// The n_top best of the threads' lists into o's pairs (fewer where the row has fewer); true when
-// a thread that dropped values ran dry before the last round (the pairs are then not the best).
-template <int K>
-__device__ bool select_top(unsigned long long (&top)[K], int n_seen, int n_top, int32_t* o) {
-    constexpr int kWarps = kScoreThreads / 32;
-    __shared__ unsigned long long warp_best[kWarps];
-    __shared__ unsigned long long best;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int left = K, n = 0;
-    bool dry = false;
-    for (; n < n_top; ++n) {
-        unsigned long long k = top[0];
-#pragma unroll
-        for (int d = 16; d > 0; d >>= 1) k = max(k, __shfl_xor_sync(0xffffffffu, k, d));
-        if (lane == 0) warp_best[warp] = k;
-        __syncthreads();
-        if (warp == 0) {
-            k = lane < kWarps ? warp_best[lane] : 0ull;
-#pragma unroll
-            for (int d = 16; d > 0; d >>= 1) k = max(k, __shfl_xor_sync(0xffffffffu, k, d));
-            if (lane == 0) best = k;
-        }
-        __syncthreads();
-        const unsigned long long b = best;
-        if (b == 0) break;  // fewer values than n_top
-        if (top[0] == b) {  // keys are unique (the index is in them): one thread drops its head
-#pragma unroll
-            for (int j = 0; j + 1 < K; ++j) top[j] = top[j + 1];
-            top[K - 1] = 0;
-            dry |= --left == 0 && n_seen > K && n + 1 < n_top;
-        }
-        if (threadIdx.x == 0) {
-            o[kRowScoreHeader + 2 * n] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(b & 0xFFFFFFFFu));
-            o[kRowScoreHeader + 2 * n + 1] = __float_as_int(order_key_value(static_cast<uint32_t>(b >> 32)));
-        }
-    }
-    if (threadIdx.x == 0) o[3] = n;
-    return __syncthreads_or(dry);
-}
-
-__global__ void __launch_bounds__(kScoreThreads) row_scores_kernel(const float* x, int64_t width, const ScoreAsk* asks,
-                                                                   const int32_t* picked, int32_t* out) {
-    pdl_begin();
-    constexpr int kWarps = kScoreThreads / 32;
-    __shared__ float ms[kWarps], ss[kWarps];
-    __shared__ bool any_nan;
-    const ScoreAsk a = asks[blockIdx.x];
-    const float* r = x + static_cast<int64_t>(a.row) * width;
-    if (threadIdx.x == 0) any_nan = false;
-    unsigned long long top[kScoreList];
-    int n_seen = 0;
-    float m = -INFINITY, s = 0.0f;
-    bool nan = false;
-    scan_row<kScoreList, true>(r, width, a.n_top, top, n_seen, m, s, nan);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) merge_max_sum(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
-    if (lane == 0) ms[warp] = m, ss[warp] = s;
-    __syncthreads();
-    if (nan) any_nan = true;
-    int32_t* o = out + static_cast<int64_t>(blockIdx.x) * kRowScoreWords;
-    // (select_top's barriers order ms, ss and any_nan before thread 0 reads them)
-    if (select_top<kScoreList>(top, n_seen, a.n_top, o) && threadIdx.x == 0) o[3] = -1;  // row_scores_exact_kernel's
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < kWarps; ++w) merge_max_sum(m, s, ms[w], ss[w]);
-        const int32_t token = a.token >= 0 ? a.token : picked[a.row];
-        o[0] = __float_as_int(any_nan ? NAN : m + logf(s));
-        o[1] = token;
-        o[2] = __float_as_int(r[token]);
-    }
-}
-
-// The selection of the rows row_scores_kernel marked (a count of -1: a thread's short list ran
-// dry), redone from lists of kMaxTopLogprobs values; the other CTAs return at once.
-__global__ void __launch_bounds__(kScoreThreads) row_scores_exact_kernel(const float* x, int64_t width,
-                                                                         const ScoreAsk* asks, int32_t* out) {
-    pdl_begin();
-    int32_t* o = out + static_cast<int64_t>(blockIdx.x) * kRowScoreWords;
-    if (o[3] >= 0) return;
-    const ScoreAsk a = asks[blockIdx.x];
-    unsigned long long top[kMaxTopLogprobs];
-    int n_seen = 0;
-    float m = -INFINITY, s = 0.0f;
-    bool nan = false;
-    scan_row<kMaxTopLogprobs, false>(x + static_cast<int64_t>(a.row) * width, width, a.n_top, top, n_seen, m, s, nan);
-    select_top<kMaxTopLogprobs>(top, n_seen, a.n_top, o);
-}
-
-void launch_row_scores(const TensorView& x, const ScoreAsk* asks, int64_t n_asks, const int32_t* picked, int32_t* out,
-                       cudaStream_t stream) {
-    MVLLM_CHECK(x.type == DType::F32) << "row_scores input " << type_name(x.type);
-    if (n_asks == 0) return;
-    launch_pdl(row_scores_kernel, static_cast<unsigned>(n_asks), kScoreThreads, 0, stream,
-               static_cast<const float*>(x.data), x.ne[0], asks, picked, out);
-    MVLLM_CUDA_LAUNCH_CHECK();
-    launch_pdl(row_scores_exact_kernel, static_cast<unsigned>(n_asks), kScoreThreads, 0, stream,
-               static_cast<const float*>(x.data), x.ne[0], asks, out);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
