@@ -1,0 +1,306 @@
+// The CUDA backend's token picks (Backend::argmax_enqueue and its results): the argmax or the
+// draw of each logit row after its penalties, the greedy and target logprobs, the rows scored or
+// copied back for the host, all staged in two slots (ticket % 2) of pinned and mapped host memory
+// so that a step's results stay readable while the next step is queued.
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/ops.cuh"
+
+namespace mvllm {
+
+void CudaBackend::Impl::ensure_argmax(size_t rows) {
+    if (argmax_capacity > 0 && rows <= argmax_capacity) return;
+    // At least the largest recorded decode batch, so that recorded steps keep their fed pointer.
+    const size_t cap = std::max<size_t>(rows, 512), old = argmax_capacity;
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no kernel writes the old buffers any more
+    int32_t* out = nullptr;
+    float* logprob = nullptr;
+    int32_t* fed = nullptr;
+    unsigned long long* keys = nullptr;
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&out), 2 * cap * sizeof(int32_t), cudaHostAllocMapped));
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&logprob), 2 * cap * sizeof(float), cudaHostAllocMapped));
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&fed), cap * sizeof(int32_t)));
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&keys), cap * sizeof(unsigned long long)));
+    MVLLM_CUDA_OK(cudaMemset(keys, 0, cap * sizeof(unsigned long long)));
+    if (old > 0) {  // both slots' results and the fed tokens may still be read
+        for (size_t s = 0; s < 2; ++s) {
+            std::memcpy(out + s * cap, argmax_out + s * old, old * sizeof(int32_t));
+            std::memcpy(logprob + s * cap, argmax_logprob + s * old, old * sizeof(float));
+        }
+        MVLLM_CUDA_OK(cudaMemcpy(fed, argmax_fed, old * sizeof(int32_t), cudaMemcpyDeviceToDevice));
+        cudaFreeHost(argmax_out);
+        cudaFreeHost(argmax_logprob);
+        cudaFree(argmax_fed);
+        cudaFree(argmax_keys);
+    }
+    argmax_out = out;
+    argmax_logprob = logprob;
+    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&argmax_out_dev), out, 0));
+    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&argmax_logprob_dev), logprob, 0));
+    argmax_fed = fed;
+    argmax_keys = keys;
+    argmax_capacity = cap;
+}
+
+void CudaBackend::Impl::ensure_draws(size_t rows, int64_t parts) {
+    if (rows <= draw_rows && parts <= draw_parts) return;
+    const size_t cap = std::max({rows, draw_rows, size_t{64}});
+    const int64_t p = std::max(parts, draw_parts);
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no kernel reads the old buffers any more
+    TokenDraw* host = nullptr;
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * cap * sizeof(TokenDraw), cudaHostAllocDefault));
+    if (draws_host) cudaFreeHost(draws_host);
+    if (draws_dev) cudaFree(draws_dev);
+    if (draw_cuts) cudaFree(draw_cuts);
+    if (draw_binned) cudaFree(draw_binned), draw_binned = nullptr;
+    if (draw_score) cudaFree(draw_score);
+    if (draw_index) cudaFree(draw_index);
+    draws_host = host;
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draws_dev), 2 * cap * sizeof(TokenDraw)));
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draw_cuts), cap * sizeof(cuda::DrawCut)));
+    if (options.binned_cut) {  // zeroed: the kernels leave it so
+        const size_t bytes = static_cast<size_t>(cuda::binned_cut_bytes(static_cast<int64_t>(cap)));
+        MVLLM_CUDA_OK(cudaMalloc(&draw_binned, bytes));
+        MVLLM_CUDA_OK(cudaMemset(draw_binned, 0, bytes));
+    }
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draw_score), cap * p * sizeof(double)));
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&draw_index), cap * p * sizeof(int32_t)));
+    draw_rows = cap;
+    draw_parts = p;
+}
+
+void CudaBackend::Impl::ensure_penalties(size_t n) {
+    if (n <= penalty_capacity) return;
+    const size_t cap = std::max({n + n / 2, size_t{4096}});
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no copy or kernel reads the old buffers any more
+    TokenPenalty* host = nullptr;
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * cap * sizeof(TokenPenalty), cudaHostAllocDefault));
+    if (penalties_host) cudaFreeHost(penalties_host);
+    if (penalties_dev) cudaFree(penalties_dev);
+    penalties_host = host;
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&penalties_dev), 2 * cap * sizeof(TokenPenalty)));
+    penalty_capacity = cap;
+}
+
+void CudaBackend::Impl::ensure_targets(size_t rows) {
+    if (rows <= target_capacity) return;
+    const size_t cap = std::max<size_t>(rows, 512), old = target_capacity;
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no copy or kernel uses the old buffers any more
+    int32_t* host = nullptr;
+    float* out = nullptr;
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * cap * sizeof(int32_t), cudaHostAllocDefault));
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&out), 2 * cap * sizeof(float), cudaHostAllocMapped));
+    if (old > 0) {  // both slots' results may still be read
+        for (size_t s = 0; s < 2; ++s) std::memcpy(out + s * cap, target_out + s * old, old * sizeof(float));
+        cudaFreeHost(targets_host);
+        cudaFree(targets_dev);
+        cudaFreeHost(target_out);
+    }
+    targets_host = host;
+    target_out = out;
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&targets_dev), 2 * cap * sizeof(int32_t)));
+    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&target_out_dev), out, 0));
+    target_capacity = cap;
+}
+
+void CudaBackend::Impl::ensure_copies(size_t n) {
+    if (n <= copy_capacity) return;
+    const size_t cap = std::max(n, copy_capacity * 2), old = copy_capacity;
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no copy writes the old buffer any more
+    float* host = nullptr;
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * cap * sizeof(float), cudaHostAllocDefault));
+    if (old > 0) {  // both slots' rows may still be read
+        for (size_t s = 0; s < 2; ++s) std::memcpy(host + s * cap, copies_host + s * old, old * sizeof(float));
+        cudaFreeHost(copies_host);
+    }
+    copies_host = host;
+    copy_capacity = cap;
+}
+
+void CudaBackend::Impl::ensure_scores(size_t n) {
+    if (n <= score_capacity) return;
+    const size_t cap = std::max(n, score_capacity * 2), old = score_capacity;
+    constexpr size_t kWords = cuda::kRowScoreWords;
+    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no kernel or copy uses the old buffers any more
+    ScoreAsk* host = nullptr;
+    int32_t* out = nullptr;
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * cap * sizeof(ScoreAsk), cudaHostAllocDefault));
+    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&out), 2 * cap * kWords * sizeof(int32_t), cudaHostAllocMapped));
+    if (old > 0) {  // both slots' results may still be read
+        for (size_t s = 0; s < 2; ++s)
+            std::memcpy(out + s * cap * kWords, score_out + s * old * kWords, old * kWords * sizeof(int32_t));
+        cudaFreeHost(asks_host);
+        cudaFree(asks_dev);
+        cudaFreeHost(score_out);
+    }
+    asks_host = host;
+    score_out = out;
+    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&asks_dev), 2 * cap * sizeof(ScoreAsk)));
+    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&score_out_dev), out, 0));
+    score_capacity = cap;
+}
+
+uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const TokenPicks& picks) {
+    Impl& im = *impl_;
+    const size_t rows = static_cast<size_t>(x.ne[1]);
+    const TokenDraw* draws = picks.draws.empty() ? nullptr : picks.draws.data();
+    MVLLM_CHECK(draws == nullptr || picks.draws.size() == rows) << picks.draws.size() << " draws for " << rows << " rows";
+    bool drawn = false, any_min_p = false, any_cut = false;
+    for (size_t r = 0; draws && r < rows; ++r) {
+        if (!(draws[r].temperature > 0.0f)) continue;
+        drawn = true;
+        any_min_p |= draws[r].min_p > 0.0f;
+        any_cut |= truncates(draws[r], x.ne[0]);
+    }
+    MVLLM_CHECK(!(drawn && logprob)) << "a drawn token has no greedy logprob";
+    const bool targets = !picks.targets.empty();
+    MVLLM_CHECK(!targets || (logprob && picks.targets.size() == rows)) << "targets need logprobs, one per row";
+    im.ensure_argmax(rows);
+    if (targets) im.ensure_targets(rows);
+    if (drawn) im.ensure_draws(rows, cuda::draw_parts(x.ne[0]));
+    const size_t n_penalties = picks.penalties.size();
+    if (n_penalties > 0) im.ensure_penalties(n_penalties);
+    const size_t n_scores = picks.scores.size();
+    if (n_scores > 0) im.ensure_scores(n_scores);
+    const uint64_t ticket = next_argmax_ticket();
+    const size_t s = ticket % 2;
+    if (n_penalties > 0) {  // slot s's staging, as the draws' below
+        TokenPenalty* host = im.penalties_host + s * im.penalty_capacity;
+        TokenPenalty* dev = im.penalties_dev + s * im.penalty_capacity;
+        std::memcpy(host, picks.penalties.data(), n_penalties * sizeof(TokenPenalty));
+        MVLLM_CUDA_OK(cudaMemcpyAsync(dev, host, n_penalties * sizeof(TokenPenalty), cudaMemcpyHostToDevice, im.stream));
+        cuda::launch_penalties(x, dev, static_cast<int64_t>(n_penalties), im.stream);
+    }
+    const size_t width = static_cast<size_t>(x.ne[0]), copied = picks.copies.size() * width;
+    if (copied > 0) {  // the penalised rows, before the draw (which reads x and leaves it)
+        im.ensure_copies(copied);
+        float* host = im.copies_host + s * im.copy_capacity;
+        const float* rows_dev = static_cast<const float*>(x.data);
+        for (size_t i = 0, j = 0; i < picks.copies.size(); i = j) {  // one copy per run of consecutive rows
+            for (j = i + 1; j < picks.copies.size() && picks.copies[j] == picks.copies[j - 1] + 1;) ++j;
+            MVLLM_CUDA_OK(cudaMemcpyAsync(host + i * width, rows_dev + static_cast<size_t>(picks.copies[i]) * width,
+                                          (j - i) * width * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
+        }
+    }
+    Impl::ArgmaxSlot& slot = im.argmax_slots[s];
+    slot.ticket = ticket;
+    slot.rows = rows;
+    slot.logprob = logprob;
+    slot.targets = targets;
+    slot.copied = copied;
+    slot.scored = n_scores;
+    if (rows > 0 && drawn) {
+        // Slot s's staging was last copied for ticket - 2, whose results the caller has read. One
+        // copy per step: with the draws in mapped host memory every CTA (37 per row) read them
+        // over the bus, and 256 drawn rows cost B4(b) 5-7 % (bench/NOTES.md, twenty-sixth session).
+        std::memcpy(im.draws_host + s * im.draw_rows, draws, rows * sizeof(TokenDraw));
+        MVLLM_CUDA_OK(cudaMemcpyAsync(im.draws_dev + s * im.draw_rows, im.draws_host + s * im.draw_rows,
+                                      rows * sizeof(TokenDraw), cudaMemcpyHostToDevice, im.stream));
+        const cuda::DrawScratch scratch{im.argmax_keys, im.draw_cuts, im.draw_binned, im.draw_score,
+                                        im.draw_index, im.n_sms, im.options.draw_score_outlined};
+        cuda::launch_draw(x, im.draws_dev + s * im.draw_rows, any_min_p, any_cut, scratch,
+                          im.argmax_out_dev + s * im.argmax_capacity, im.argmax_fed, im.stream);
+    } else if (rows > 0) {
+        cuda::launch_argmax(x, im.argmax_keys, im.argmax_out_dev + s * im.argmax_capacity, im.argmax_fed, im.stream);
+        if (logprob) cuda::launch_max_logprob(x, im.argmax_logprob_dev + s * im.argmax_capacity, im.stream);
+        if (targets) {  // slot s's staging, as the penalties'
+            int32_t* host = im.targets_host + s * im.target_capacity;
+            int32_t* dev = im.targets_dev + s * im.target_capacity;
+            std::memcpy(host, picks.targets.data(), rows * sizeof(int32_t));
+            MVLLM_CUDA_OK(cudaMemcpyAsync(dev, host, rows * sizeof(int32_t), cudaMemcpyHostToDevice, im.stream));
+            cuda::launch_target_logprob(x, dev, im.argmax_out_dev + s * im.argmax_capacity,
+                                        im.argmax_logprob_dev + s * im.argmax_capacity,
+                                        im.target_out_dev + s * im.target_capacity, im.stream);
+        }
+    }
+    if (n_scores > 0) {  // after the picks, whose tokens (argmax_fed) the rows without one score
+        ScoreAsk* host = im.asks_host + s * im.score_capacity;
+        ScoreAsk* dev = im.asks_dev + s * im.score_capacity;
+        std::memcpy(host, picks.scores.data(), n_scores * sizeof(ScoreAsk));
+        MVLLM_CUDA_OK(cudaMemcpyAsync(dev, host, n_scores * sizeof(ScoreAsk), cudaMemcpyHostToDevice, im.stream));
+        cuda::launch_row_scores(x, dev, static_cast<int64_t>(n_scores), im.argmax_fed,
+                                im.score_out_dev + s * im.score_capacity * cuda::kRowScoreWords, im.stream);
+    }
+    MVLLM_CUDA_OK(cudaEventRecord(slot.done, im.stream));
+    return ticket;
+}
+
+void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob, float* target_logprob) {
+    Impl& im = *impl_;
+    const size_t s = ticket % 2;
+    const Impl::ArgmaxSlot& slot = im.argmax_slots[s];
+    MVLLM_CHECK(ticket != 0 && slot.ticket == ticket) << "greedy result " << ticket << " is no longer kept";
+    MVLLM_CHECK(!logprob || slot.logprob) << "greedy result " << ticket << " has no logprobs";
+    MVLLM_CHECK(!target_logprob || slot.targets) << "greedy result " << ticket << " has no target logprobs";
+    MVLLM_CUDA_OK(cudaEventSynchronize(slot.done));  // the kernels' writes to mapped memory are visible now
+    std::memcpy(dst, im.argmax_out + s * im.argmax_capacity, slot.rows * sizeof(int32_t));
+    if (logprob) std::memcpy(logprob, im.argmax_logprob + s * im.argmax_capacity, slot.rows * sizeof(float));
+    if (target_logprob) std::memcpy(target_logprob, im.target_out + s * im.target_capacity, slot.rows * sizeof(float));
+    Impl::ArgmaxSlot& kept = im.argmax_slots[s];
+    kept.scores.resize(slot.scored);
+    for (size_t i = 0; i < slot.scored; ++i) {  // the packed scores (cuda::launch_row_scores)
+        const int32_t* w = im.score_out + (s * im.score_capacity + i) * cuda::kRowScoreWords;
+        RowScore& r = kept.scores[i];
+        r.log_z = std::bit_cast<float>(w[0]);
+        r.token = w[1];
+        r.logit = std::bit_cast<float>(w[2]);
+        r.top.resize(static_cast<size_t>(w[3]));
+        for (size_t j = 0; j < r.top.size(); ++j)
+            r.top[j] = {w[cuda::kRowScoreHeader + 2 * j], std::bit_cast<float>(w[cuda::kRowScoreHeader + 2 * j + 1])};
+    }
+    // A step's result read before the next step is queued: the host's turn between two steps.
+    Impl::GraphTiming& t = im.graph_timing;
+    if (t.enabled && ticket == last_argmax_ticket() && t.launched != std::chrono::steady_clock::time_point{}) {
+        t.synced = std::chrono::steady_clock::now();
+        t.launch_to_result_s += std::chrono::duration<double>(t.synced - t.launched).count();
+        ++t.n_launch_to_result;
+        t.launched = {};
+    }
+}
+
+void CudaBackend::argmax_rows(const TensorView& x, int32_t* dst, float* logprob, const TokenPicks& picks,
+                              float* target_logprob, float* copied, RowScore* scores) {
+    const uint64_t ticket = argmax_enqueue(x, logprob != nullptr, picks);
+    argmax_result(ticket, dst, logprob, target_logprob);
+    if (copied) std::memcpy(copied, copied_rows(ticket), impl_->argmax_slots[ticket % 2].copied * sizeof(float));
+    if (scores) std::copy_n(row_scores(ticket), picks.scores.size(), scores);
+}
+
+bool CudaBackend::scores_targets() const { return impl_->options.scores_targets; }
+
+bool CudaBackend::scores_rows() const { return impl_->options.scores_rows; }
+
+const RowScore* CudaBackend::row_scores(uint64_t ticket) const {
+    const Impl& im = *impl_;
+    const size_t s = ticket % 2;
+    MVLLM_CHECK(ticket != 0 && im.argmax_slots[s].ticket == ticket) << "greedy result " << ticket << " is no longer kept";
+    return im.argmax_slots[s].scores.data();
+}
+
+const float* CudaBackend::copied_rows(uint64_t ticket) const {
+    const Impl& im = *impl_;
+    const size_t s = ticket % 2;
+    MVLLM_CHECK(ticket != 0 && im.argmax_slots[s].ticket == ticket) << "greedy result " << ticket << " is no longer kept";
+    // Complete once the slot's event is (argmax_result waited for it): the copies precede it.
+    return im.copies_host + s * im.copy_capacity;
+}
+
+std::pair<uint64_t, uint64_t> CudaBackend::binned_cut_rows() {
+    Impl& im = *impl_;
+    if (!im.draw_binned) return {0, 0};
+    cuda::BinnedCutStats stats{};
+    MVLLM_CUDA_OK(cudaStreamSynchronize(im.stream));
+    MVLLM_CUDA_OK(cudaMemcpy(&stats, im.draw_binned, sizeof stats, cudaMemcpyDeviceToHost));
+    MVLLM_CUDA_OK(cudaMemset(im.draw_binned, 0, sizeof stats));
+    return {stats.binned, stats.whole};
+}
+
+bool CudaBackend::applies_penalties() const { return impl_->options.penalties_on_device; }
+
+bool CudaBackend::embeds_fed_tokens() const { return impl_->options.fed_tokens_on_device; }
+
+}  // namespace mvllm
