@@ -192,33 +192,37 @@ TEST(Sampler, MalformedPicksAreRefused) {
     EXPECT_NE(error(scores({{0, -1, -1}})).find("alternatives"), std::string::npos);
 }
 
-// score_row (what a backend returns for TokenPicks::scores) gives token_logprob's logprobs through
-// row_logprob, bit for bit; its alternatives are top_k_tokens' with their logits, ties by lower id,
-// and never more than the row holds.
+// score_row (what a backend returns for TokenPicks::scores) against a reference written here: its
+// alternatives are the row's ids sorted by (logit descending, id ascending) with their logits, its
+// log Z the double log-sum-exp, and row_logprob's logprobs (the host sampler's token_logprob) are
+// the logits less that log Z; never more alternatives than the row holds.
 TEST(Sampler, RowScoresGiveTheTokenLogprobs) {
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0.0f, 3.0f);
     std::vector<float> row(1000);
     for (float& v : row) v = std::round(normal(rng) * 4.0f) / 4.0f;  // many ties
+    std::vector<int32_t> order(row.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    double z = 0;
+    for (const float v : row) z += std::exp(static_cast<double>(v));
+    const double log_z = std::log(z);
     for (const int32_t n_top : {0, 1, 7, kMaxTopLogprobs}) {
         const RowScore s = score_row(row.data(), 1000, 17, n_top);
-        TokenLogprob want;
-        token_logprob(row.data(), 1000, 17, n_top, &want);
+        EXPECT_EQ(s.token, 17);
+        EXPECT_EQ(s.logit, row[17]);
+        EXPECT_NEAR(s.log_z, log_z, 1e-7);  // the terms below e^-4 of the max summed in float
+        ASSERT_EQ(s.top.size(), static_cast<size_t>(n_top));
         const TokenLogprob got = row_logprob(s);
         EXPECT_EQ(got.token, 17);
-        EXPECT_EQ(got.logprob, want.logprob);
-        EXPECT_EQ(got.top, want.top);
-        EXPECT_EQ(s.logit, row[17]);
-        const std::vector<int32_t> ids = top_k_tokens(row.data(), 1000, n_top);
-        ASSERT_EQ(s.top.size(), ids.size());
-        for (size_t j = 0; j < ids.size(); ++j) {
-            EXPECT_EQ(s.top[j].first, ids[j]);
-            EXPECT_EQ(s.top[j].second, row[ids[j]]);
-            if (j > 0 && s.top[j].second == s.top[j - 1].second) EXPECT_GT(s.top[j].first, s.top[j - 1].first);
+        EXPECT_NEAR(got.logprob, row[17] - log_z, 1e-6);
+        ASSERT_EQ(got.top.size(), s.top.size());
+        for (size_t j = 0; j < s.top.size(); ++j) {
+            EXPECT_EQ(s.top[j].first, order[j]) << "place " << j;
+            EXPECT_EQ(s.top[j].second, row[order[j]]);
+            EXPECT_EQ(got.top[j].first, order[j]);
+            EXPECT_NEAR(got.top[j].second, row[order[j]] - log_z, 1e-6);
         }
-        double z = 0;
-        for (const float v : row) z += std::exp(static_cast<double>(v));
-        EXPECT_NEAR(s.log_z, std::log(z), 1e-7);  // the terms below e^-4 of the max summed in float
     }
     EXPECT_EQ(score_row(row.data(), 5, 0, kMaxTopLogprobs).top.size(), 5u);
 }
