@@ -161,13 +161,15 @@ Status Engine::Impl::run_models(const SchedulerOutput& plan) {
         std::lock_guard<std::mutex> lock(counters_mu);
         counters.n_padding_rows += padding;
     }
-    if (greedy_step) {
+    if (greedy_step) {  // the picks (penalty lists, draws) are made while the device runs the pass
+        MVLLM_TRY(decoder.queue_pass(batch, *cache));
         device_logprobs = build_picks(plan, decoder.backend(), decoder.config().n_vocab, batch.logit_rows.size(),
                                       [this](int64_t n, const RowRange& fn) { for_rows(n, fn); }, &picks);
-        return decoder.forward_greedy(batch, *cache, &argmax, device_logprobs ? &argmax_logprob : nullptr, picks,
-                                      picks.targets.empty() ? nullptr : &target_logprob,
-                                      picks.copies.empty() ? nullptr : &copied,
-                                      picks.scores.empty() ? nullptr : &row_scores);
+        MVLLM_ASSIGN_OR_RETURN(const uint64_t ticket, decoder.queue_picks(device_logprobs, picks));
+        return decoder.greedy_result(ticket, &argmax, device_logprobs ? &argmax_logprob : nullptr,
+                                     picks.targets.empty() ? nullptr : &target_logprob,
+                                     picks.copies.empty() ? nullptr : &copied,
+                                     picks.scores.empty() ? nullptr : &row_scores);
     }
     return decoder.forward(batch, *cache, &logits);
 }

@@ -190,22 +190,51 @@ Status Decoder::forward_greedy(const Batch& batch, KvCache& cache, std::vector<i
 
 Result<uint64_t> Decoder::forward_greedy_enqueue(const Batch& batch, KvCache& cache, bool logprobs,
                                                  const TokenPicks& picks) {
-    MVLLM_TRY(validate(batch, cache));
     const int64_t n_rows = static_cast<int64_t>(batch.logit_rows.size());
     if (const std::string why = picks_error(picks, n_rows, config_.n_vocab, logprobs); !why.empty())
-        return make_error(why);
-    Batch storage;
-    MVLLM_ASSIGN_OR_RETURN(const Batch* b, with_fed_tokens(batch, &storage));
+        return make_error(why);  // before the pass: refused picks leave the cache as it was
+    MVLLM_TRY(queue_pass(batch, cache));
+    const TensorView out = *pass_rows_;
+    pass_rows_.reset();
     try {
-        const TensorView out = run(*b, cache);
-        const uint64_t ticket = backend_.argmax_enqueue(out, logprobs, picks);
-        greedy_[ticket % 2] = {ticket, out.ne[1], logprobs, !picks.targets.empty(),
-                               static_cast<int64_t>(picks.copies.size()), static_cast<int64_t>(picks.scores.size())};
-        last_greedy_ = ticket;
-        return ticket;
+        return enqueue_picks(out, logprobs, picks);
     } catch (const DeviceOutOfMemory& e) {
         return make_error(e.what());
     }
+}
+
+Status Decoder::queue_pass(const Batch& batch, KvCache& cache) {
+    pass_rows_.reset();
+    MVLLM_TRY(validate(batch, cache));
+    Batch storage;
+    MVLLM_ASSIGN_OR_RETURN(const Batch* b, with_fed_tokens(batch, &storage));
+    try {
+        pass_rows_ = run(*b, cache);
+    } catch (const DeviceOutOfMemory& e) {
+        return make_error(e.what());
+    }
+    return Status::ok();
+}
+
+Result<uint64_t> Decoder::queue_picks(bool logprobs, const TokenPicks& picks) {
+    if (!pass_rows_) return make_error("no pass is queued for these picks (queue_pass)");
+    const TensorView out = *pass_rows_;
+    pass_rows_.reset();
+    if (const std::string why = picks_error(picks, out.ne[1], config_.n_vocab, logprobs); !why.empty())
+        return make_error(why);
+    try {
+        return enqueue_picks(out, logprobs, picks);
+    } catch (const DeviceOutOfMemory& e) {
+        return make_error(e.what());
+    }
+}
+
+uint64_t Decoder::enqueue_picks(const TensorView& out, bool logprobs, const TokenPicks& picks) {
+    const uint64_t ticket = backend_.argmax_enqueue(out, logprobs, picks);
+    greedy_[ticket % 2] = {ticket, out.ne[1], logprobs, !picks.targets.empty(),
+                           static_cast<int64_t>(picks.copies.size()), static_cast<int64_t>(picks.scores.size())};
+    last_greedy_ = ticket;
+    return ticket;
 }
 
 Status Decoder::greedy_result(uint64_t ticket, std::vector<int32_t>* tokens, std::vector<float>* logprobs,

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -56,6 +57,14 @@ public:
     // one's tokens are known (SequenceRunner::greedy); otherwise the decoder waits for them here.
     Result<uint64_t> forward_greedy_enqueue(const Batch& batch, KvCache& cache, bool logprobs = false,
                                             const TokenPicks& picks = {});
+    // forward_greedy_enqueue in two halves, so that a caller makes a step's picks while the device
+    // runs its pass (the engine's penalty lists, ~0.3-1 ms for 256 penalised rows, bench/NOTES.md,
+    // thirty-first session): queue_pass queues the forward of batch and keeps its logit rows on the
+    // backend; queue_picks validates picks against them (picks_error), queues their picks and
+    // returns the ticket for greedy_result. Nothing else may run on the decoder or its backend
+    // between the two. Picks that picks_error refuses leave the pass's KV written.
+    Status queue_pass(const Batch& batch, KvCache& cache);
+    Result<uint64_t> queue_picks(bool logprobs, const TokenPicks& picks);
     // The tokens (and logprobs, target logprobs, copied rows and row scores, when enqueued with
     // them) of one of the last two greedy steps.
     Status greedy_result(uint64_t ticket, std::vector<int32_t>* tokens, std::vector<float>* logprobs = nullptr,
@@ -73,6 +82,8 @@ private:
     // f32 on the backend (ne[1] == 0 when the batch wants none). A backend out of device memory
     // throws DeviceOutOfMemory; forward and forward_greedy turn it into an error Status.
     TensorView run(const Batch& batch, KvCache& cache);
+    // Queues the picks of the logit rows `out` (validated) and records the step under its ticket.
+    uint64_t enqueue_picks(const TensorView& out, bool logprobs, const TokenPicks& picks);
 
     ModelConfig config_;
     Backend& backend_;
@@ -95,6 +106,7 @@ private:
     };
     GreedyStep greedy_[2];
     uint64_t last_greedy_ = 0;
+    std::optional<TensorView> pass_rows_;  // queue_pass's logit rows, until queue_picks takes them
 };
 
 }  // namespace mvllm

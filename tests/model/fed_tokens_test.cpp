@@ -181,5 +181,45 @@ TEST(TokenDraws, DrawnRowsAreTheRaceOverTheirLogits) {
     EXPECT_FALSE(f.decoder->forward_greedy(step(), *cache, &got, nullptr, TokenPicks{{{-1.0f, 0.0f, 1}, {}, {}}, {}}).is_ok());
 }
 
+// The two halves the engine queues a step in (queue_pass, then the picks made while the pass runs,
+// queue_picks): the same tokens as forward_greedy with those picks (draws and a penalty that moves
+// a row's argmax), and clear errors for picks without a pass or that do not fit the pass's rows.
+TEST(TokenDraws, PicksQueuedAfterThePassEqualForwardGreedy) {
+    Fixture f("tiny-qwen2");
+    const std::vector<int32_t> prompts[3] = {{3, 17, 42, 8, 99}, {250, 1, 64}, {7, 7, 9}};
+    auto step = [&] {
+        Batch b;
+        for (int s = 0; s < 3; ++s) b.add_sequence(prompts[s], 0, blocks(4 * s, 4), true);
+        return b;
+    };
+    std::vector<float> logits;
+    auto reference_cache = f.cache(12);
+    ASSERT_TRUE(f.decoder->forward(step(), *reference_cache, &logits).is_ok());
+    const int64_t n_vocab = f.decoder->config().n_vocab;
+    const int32_t top1 = row_argmax(logits.data() + n_vocab, n_vocab);
+    TokenPicks picks{{{}, {0.9f, 0.0f, mix64(7)}, {}}, {{1, top1, 0.0f, 1.0f, 1e4f}}};  // row 1: its argmax pushed down
+    for (uint64_t key = 1; key <= 8; ++key) {
+        picks.draws[1].key = mix64(key);
+        auto whole_cache = f.cache(12), halves_cache = f.cache(12);
+        std::vector<int32_t> whole, halves;
+        ASSERT_TRUE(f.decoder->forward_greedy(step(), *whole_cache, &whole, nullptr, picks).is_ok());
+        ASSERT_TRUE(f.decoder->queue_pass(step(), *halves_cache).is_ok());
+        auto ticket = f.decoder->queue_picks(false, picks);
+        ASSERT_TRUE(ticket.is_ok()) << ticket.status().message();
+        ASSERT_TRUE(f.decoder->greedy_result(*ticket, &halves).is_ok());
+        EXPECT_EQ(halves, whole) << "key " << key;
+        ASSERT_EQ(halves.size(), 3u);
+        EXPECT_NE(halves[1], top1);  // the penalty reached the drawn row
+        EXPECT_EQ(halves[0], row_argmax(logits.data(), n_vocab));
+    }
+    const Status no_pass = f.decoder->queue_picks(false, picks).status();
+    EXPECT_FALSE(no_pass.is_ok());
+    EXPECT_NE(no_pass.message().find("queue_pass"), std::string::npos) << no_pass.message();
+    auto cache = f.cache(12);
+    ASSERT_TRUE(f.decoder->queue_pass(step(), *cache).is_ok());
+    EXPECT_FALSE(f.decoder->queue_picks(false, TokenPicks{{{1.0f, 0.0f, 1}}, {}}).is_ok());  // 1 draw for 3 rows
+    EXPECT_FALSE(f.decoder->queue_picks(false, picks).is_ok());  // the refused picks took the pass's rows
+}
+
 }  // namespace
 }  // namespace mvllm::test
