@@ -1,18 +1,16 @@
 #!/usr/bin/env bash
-# The thirty-first session's first device call (bench/NOTES.md): binaries built on the build machine
-# (sm_90, both trees the same way) carried gzipped in .carry/ with scripts/device_deps.sh's files, so
-# nothing is built here. test_cuda of the new tree; B4(b) on the 0.5B q4_0, plain and with a
-# repetition penalty, the base tree (before the picks were made during the pass) and the new one in
-# alternating runs, each with MVLLM_CUDA_STEP_TIMING; bench_sampler's build_picks on this machine's
-# threads.
-# Usage (repo root): OUT=dir bash bench/picks_device_run.sh
+# The thirty-first session's first device call (bench/NOTES.md): the new tree built here for sm_90
+# (as the base binary, built on the build machine before the picks were made during the pass, and
+# carried xz-compressed in .carry/ with bench_sampler), test_cuda of the new tree; B4(b) on the 0.5B
+# q4_0, plain and with a repetition penalty, base and new in alternating runs, each with
+# MVLLM_CUDA_STEP_TIMING; bench_sampler's build_picks on this machine's threads.
+# Usage (repo root, .devdeps and .carry carried): OUT=dir bash bench/picks_device_run.sh
 set -u -o pipefail
 OUT=${OUT:-$(mktemp -d)}
+CUDA_ARCH=90 OUT=$OUT/build STAGES=build bash bench/h200_run.sh 2>&1 | tail -2
 source scripts/device_deps.sh unpack > /dev/null 2>&1
-mkdir -p bin && for b in mvllm-base mvllm-new test_cuda bench_sampler; do gunzip -c .carry/$b.gz > bin/$b && chmod +x bin/$b; done
-# test_cuda names its fixtures by the build machine's absolute source path: link it to this tree
-src=$(strings bin/test_cuda | grep -x '/[^" ]*/tests/fixtures' | awk '{ print length, $0 }' | sort -n | head -1 | cut -d' ' -f2); src=${src%/tests/fixtures}
-[ -n "$src" ] && [ ! -e "$src" ] && mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"
+mkdir -p bin && for b in mvllm-base bench_sampler; do xz -dc .carry/$b.xz > bin/$b && chmod +x bin/$b; done
+cp build-gpu/bin/mvllm bin/mvllm-new && cp build-gpu/bin/test_cuda bin/test_cuda
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 timeout 240 bin/test_cuda > $OUT/test_cuda.log 2>&1; echo "test_cuda rc=$? $(grep -E '^\[  (PASSED|FAILED)' $OUT/test_cuda.log | tr '\n' ' ')"
 grep -E "FAILED|Failure" $OUT/test_cuda.log | head -20
