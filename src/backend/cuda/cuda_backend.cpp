@@ -40,6 +40,7 @@ bool cuda_device_available() {
 
 CudaBackend::Impl::~Impl() {
     if (stream) cudaStreamSynchronize(stream);
+    if (copy_stream) cudaStreamSynchronize(copy_stream);
     if (graph_timing.enabled) {
         collect_graph_time();
         const GraphTiming& t = graph_timing;
@@ -89,6 +90,9 @@ CudaBackend::Impl::~Impl() {
     if (draw_index) cudaFree(draw_index);
     for (ArgmaxSlot& slot : argmax_slots)
         if (slot.done) cudaEventDestroy(slot.done);
+    for (cudaEvent_t e : staged)
+        if (e) cudaEventDestroy(e);
+    if (copy_stream) cudaStreamDestroy(copy_stream);
     if (cublas) cublasDestroy(cublas);
     if (cublas_workspace) cudaFree(cublas_workspace);
     if (stream) cudaStreamDestroy(stream);
@@ -201,6 +205,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOption
     MVLLM_CUDA_OK(cudaEventCreateWithFlags(&impl->meta_copied, cudaEventDisableTiming));
     for (Impl::ArgmaxSlot& slot : impl->argmax_slots)
         MVLLM_CUDA_OK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
+    MVLLM_CUDA_OK(cudaStreamCreateWithFlags(&impl->copy_stream, cudaStreamNonBlocking));
+    for (cudaEvent_t& e : impl->staged) MVLLM_CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     if (cublasCreate(&impl->cublas) != CUBLAS_STATUS_SUCCESS) return make_error("cuBLAS could not be initialised");
     cublasSetStream(impl->cublas, impl->stream);
     // A workspace of our own: cuBLAS then allocates nothing while a decode step is being recorded.

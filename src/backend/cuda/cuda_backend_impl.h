@@ -125,6 +125,12 @@ struct CudaBackend::Impl {
         cudaEvent_t done = nullptr;  // recorded after the slot's kernels
     };
     ArgmaxSlot argmax_slots[2];
+    // argmax_enqueue copies a step's staged inputs (penalties, draws, targets, asks) to the device
+    // on copy_stream, so that they overlap the step's pass, queued before them on `stream`, which
+    // waits for them (staged[ticket % 2]) only at its first pick kernel: on `stream` the ~6 MB of
+    // 256 penalised rows' lists cost B4(b) ~0.2 ms a step (bench/NOTES.md, thirty-first session).
+    cudaStream_t copy_stream = nullptr;
+    cudaEvent_t staged[2] = {};
     // Grows the argmax buffers to at least `rows` (keeping both slots and the fed copy).
     void ensure_argmax(size_t rows);
     // Sampled draws (argmax_enqueue with TokenDraws): the rows' draws staged in pinned host memory

@@ -168,13 +168,34 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
     if (n_scores > 0) im.ensure_scores(n_scores);
     const uint64_t ticket = next_argmax_ticket();
     const size_t s = ticket % 2;
-    if (n_penalties > 0) {  // slot s's staging, as the draws' below
-        TokenPenalty* host = im.penalties_host + s * im.penalty_capacity;
-        TokenPenalty* dev = im.penalties_dev + s * im.penalty_capacity;
-        std::memcpy(host, picks.penalties.data(), n_penalties * sizeof(TokenPenalty));
-        MVLLM_CUDA_OK(cudaMemcpyAsync(dev, host, n_penalties * sizeof(TokenPenalty), cudaMemcpyHostToDevice, im.stream));
-        cuda::launch_penalties(x, dev, static_cast<int64_t>(n_penalties), im.stream);
+    Impl::ArgmaxSlot& slot = im.argmax_slots[s];
+    // Slot s's staging was last copied for ticket - 2, whose results the caller has read; its
+    // device copies were last read by ticket - 2's kernels, which copy_stream waits for (slot.done).
+    bool staging = false;
+    auto stage = [&](auto* dev, auto* host, const auto* src, size_t n) {
+        if (!staging) MVLLM_CUDA_OK(cudaStreamWaitEvent(im.copy_stream, slot.done, 0));
+        staging = true;
+        std::memcpy(host, src, n * sizeof(*src));
+        MVLLM_CUDA_OK(cudaMemcpyAsync(dev, host, n * sizeof(*src), cudaMemcpyHostToDevice, im.copy_stream));
+    };
+    const TokenPenalty* penalties = im.penalties_dev + s * im.penalty_capacity;
+    if (n_penalties > 0)
+        stage(im.penalties_dev + s * im.penalty_capacity, im.penalties_host + s * im.penalty_capacity,
+              picks.penalties.data(), n_penalties);
+    const bool drawn_rows = rows > 0 && drawn;
+    // One copy per step: with the draws in mapped host memory every CTA (37 per row) read them over
+    // the bus, and 256 drawn rows cost B4(b) 5-7 % (bench/NOTES.md, twenty-sixth session).
+    if (drawn_rows) stage(im.draws_dev + s * im.draw_rows, im.draws_host + s * im.draw_rows, draws, rows);
+    const bool target_rows = rows > 0 && !drawn && targets;
+    if (target_rows)
+        stage(im.targets_dev + s * im.target_capacity, im.targets_host + s * im.target_capacity, picks.targets.data(), rows);
+    if (n_scores > 0)
+        stage(im.asks_dev + s * im.score_capacity, im.asks_host + s * im.score_capacity, picks.scores.data(), n_scores);
+    if (staging) {  // the pass (already queued on stream) runs while they copy
+        MVLLM_CUDA_OK(cudaEventRecord(im.staged[s], im.copy_stream));
+        MVLLM_CUDA_OK(cudaStreamWaitEvent(im.stream, im.staged[s], 0));
     }
+    if (n_penalties > 0) cuda::launch_penalties(x, penalties, static_cast<int64_t>(n_penalties), im.stream);
     const size_t width = static_cast<size_t>(x.ne[0]), copied = picks.copies.size() * width;
     if (copied > 0) {  // the penalised rows, before the draw (which reads x and leaves it)
         im.ensure_copies(copied);
@@ -186,20 +207,13 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
                                           (j - i) * width * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
         }
     }
-    Impl::ArgmaxSlot& slot = im.argmax_slots[s];
     slot.ticket = ticket;
     slot.rows = rows;
     slot.logprob = logprob;
     slot.targets = targets;
     slot.copied = copied;
     slot.scored = n_scores;
-    if (rows > 0 && drawn) {
-        // Slot s's staging was last copied for ticket - 2, whose results the caller has read. One
-        // copy per step: with the draws in mapped host memory every CTA (37 per row) read them
-        // over the bus, and 256 drawn rows cost B4(b) 5-7 % (bench/NOTES.md, twenty-sixth session).
-        std::memcpy(im.draws_host + s * im.draw_rows, draws, rows * sizeof(TokenDraw));
-        MVLLM_CUDA_OK(cudaMemcpyAsync(im.draws_dev + s * im.draw_rows, im.draws_host + s * im.draw_rows,
-                                      rows * sizeof(TokenDraw), cudaMemcpyHostToDevice, im.stream));
+    if (drawn_rows) {
         const cuda::DrawScratch scratch{im.argmax_keys, im.draw_cuts, im.draw_binned, im.draw_score,
                                         im.draw_index, im.n_sms, im.options.draw_score_outlined};
         cuda::launch_draw(x, im.draws_dev + s * im.draw_rows, any_min_p, any_cut, scratch,
@@ -207,24 +221,15 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
     } else if (rows > 0) {
         cuda::launch_argmax(x, im.argmax_keys, im.argmax_out_dev + s * im.argmax_capacity, im.argmax_fed, im.stream);
         if (logprob) cuda::launch_max_logprob(x, im.argmax_logprob_dev + s * im.argmax_capacity, im.stream);
-        if (targets) {  // slot s's staging, as the penalties'
-            int32_t* host = im.targets_host + s * im.target_capacity;
-            int32_t* dev = im.targets_dev + s * im.target_capacity;
-            std::memcpy(host, picks.targets.data(), rows * sizeof(int32_t));
-            MVLLM_CUDA_OK(cudaMemcpyAsync(dev, host, rows * sizeof(int32_t), cudaMemcpyHostToDevice, im.stream));
-            cuda::launch_target_logprob(x, dev, im.argmax_out_dev + s * im.argmax_capacity,
+        if (target_rows)
+            cuda::launch_target_logprob(x, im.targets_dev + s * im.target_capacity,
+                                        im.argmax_out_dev + s * im.argmax_capacity,
                                         im.argmax_logprob_dev + s * im.argmax_capacity,
                                         im.target_out_dev + s * im.target_capacity, im.stream);
-        }
     }
-    if (n_scores > 0) {  // after the picks, whose tokens (argmax_fed) the rows without one score
-        ScoreAsk* host = im.asks_host + s * im.score_capacity;
-        ScoreAsk* dev = im.asks_dev + s * im.score_capacity;
-        std::memcpy(host, picks.scores.data(), n_scores * sizeof(ScoreAsk));
-        MVLLM_CUDA_OK(cudaMemcpyAsync(dev, host, n_scores * sizeof(ScoreAsk), cudaMemcpyHostToDevice, im.stream));
-        cuda::launch_row_scores(x, dev, static_cast<int64_t>(n_scores), im.argmax_fed,
+    if (n_scores > 0)  // after the picks, whose tokens (argmax_fed) the rows without one score
+        cuda::launch_row_scores(x, im.asks_dev + s * im.score_capacity, static_cast<int64_t>(n_scores), im.argmax_fed,
                                 im.score_out_dev + s * im.score_capacity * cuda::kRowScoreWords, im.stream);
-    }
     MVLLM_CUDA_OK(cudaEventRecord(slot.done, im.stream));
     return ticket;
 }
