@@ -282,7 +282,9 @@ TEST(CudaOps, RowScoresEqualTheHost) {
     MVLLM_REQUIRE_GPU();
     auto be = make_cuda();
     ASSERT_TRUE(be);
-    for (const int64_t width : {int64_t{97}, int64_t{4099}, int64_t{151936}}) {
+    // Five asks: a row of 20,003 or 151,936 logits is read in parts by several CTAs and merged (odd
+    // widths by scalar loads); 97 and 4,099 by one CTA.
+    for (const int64_t width : {int64_t{97}, int64_t{4099}, int64_t{20003}, int64_t{151936}}) {
         SCOPED_TRACE("width " + std::to_string(width));
         const int64_t n_rows = 6;
         std::vector<float> x = random_floats(width * n_rows, 71);
@@ -328,6 +330,34 @@ TEST(CudaOps, RowScoresEqualTheHost) {
         EXPECT_EQ(scores[2].top[0].first, 5);  // the tie at the top: the lower id first
         EXPECT_EQ(scores[2].top[1].first, 9);
         if (width > 2052) EXPECT_EQ(scores[0].top[7].first, 0);  // the 8th best, from the redone selection
+    }
+}
+
+// Many asks (more than the H100's or H200's 132 SMs): one CTA per row, each row's selection and
+// log-sum-exp equal the host's.
+TEST(CudaOps, ManyRowScoresEqualTheHost) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda();
+    ASSERT_TRUE(be);
+    const int64_t width = 32768, n_rows = 160;
+    std::vector<float> x = random_floats(width * n_rows, 72);
+    for (int64_t i = 0; i < width * n_rows; ++i) x[i] = i % 5 == 1 ? std::round(x[i] * 3.0f) : x[i] * 3.0f;
+    TokenPicks picks;
+    for (int32_t r = 0; r < n_rows; ++r) picks.scores.push_back({r, r % 3 == 0 ? -1 : r * 7, r % 21});
+    TensorView t = begin_with_input(*be, x, width, n_rows);
+    std::vector<int32_t> got(n_rows);
+    std::vector<RowScore> scores(picks.scores.size());
+    be->argmax_rows(t, got.data(), nullptr, picks, nullptr, nullptr, scores.data());
+    for (int32_t r = 0; r < n_rows; ++r) {
+        const float* row = x.data() + r * width;
+        EXPECT_EQ(got[r], row_argmax(row, width)) << "row " << r;
+        const RowScore want = score_row(row, width, r % 3 == 0 ? got[r] : r * 7, r % 21);
+        const RowScore& g = scores[r];
+        EXPECT_EQ(g.token, want.token) << "row " << r;
+        EXPECT_EQ(g.logit, want.logit) << "row " << r;
+        EXPECT_NEAR(g.log_z, want.log_z, 2e-6 * std::max(1.0, std::fabs(want.log_z))) << "row " << r;
+        ASSERT_EQ(g.top.size(), want.top.size()) << "row " << r;
+        for (size_t j = 0; j < want.top.size(); ++j) EXPECT_EQ(g.top[j], want.top[j]) << "row " << r << " place " << j;
     }
 }
 

@@ -84,6 +84,7 @@ CudaBackend::Impl::~Impl() {
     if (asks_host) cudaFreeHost(asks_host);
     if (asks_dev) cudaFree(asks_dev);
     if (score_out) cudaFreeHost(score_out);
+    if (score_parts) cudaFree(score_parts);
     if (draw_cuts) cudaFree(draw_cuts);
     if (draw_binned) cudaFree(draw_binned);
     if (draw_score) cudaFree(draw_score);

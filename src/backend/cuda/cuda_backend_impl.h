@@ -173,6 +173,7 @@ struct CudaBackend::Impl {
     ScoreAsk* asks_dev = nullptr;   // [2][score_capacity], device
     int32_t* score_out = nullptr;   // [2][score_capacity][kRowScoreWords], host (mapped)
     int32_t* score_out_dev = nullptr;
+    int32_t* score_parts = nullptr;  // [n_sms][kRowScoreWords], device: few rows' parts (launch_row_scores)
     size_t score_capacity = 0;
     // Grows the score buffers to at least n rows a slot (the slots' packed scores are unpacked as
     // they are read, so nothing is kept).

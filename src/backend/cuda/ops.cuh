@@ -91,11 +91,13 @@ void launch_max_logprob(const TensorView& x, float* out, cudaStream_t stream);
 // words at out + i * kRowScoreWords: log sum_j exp(x[row][j]) (float), the scored token (the ask's,
 // or picked[row] for -1: the draw's or argmax's device result), its logit (float), how many
 // alternatives follow (n_top, fewer where the row has fewer non-NaN values), then (id, logit
-// (float)) pairs in (logit descending, id ascending) order. One CTA per ask; out may be mapped host
-// memory.
+// (float)) pairs in (logit descending, id ascending) order. One CTA per ask, or, for few asks,
+// row_score_parts(...) CTAs per ask over parts of the row, merged by a second kernel through parts
+// (device scratch of at least n_sms * kRowScoreWords words); out may be mapped host memory.
 constexpr int kRowScoreHeader = 4, kRowScoreWords = kRowScoreHeader + 2 * kMaxTopLogprobs;
+int64_t row_score_parts(int64_t width, int64_t n_asks, int32_t n_sms);
 void launch_row_scores(const TensorView& x, const ScoreAsk* asks, int64_t n_asks, const int32_t* picked, int32_t* out,
-                       cudaStream_t stream);
+                       int32_t* parts, int32_t n_sms, cudaStream_t stream);
 // out[r] = x[r][targets[r]]'s log-softmax for the rows with a target (>= 0), from the row's argmax
 // (argmax[r]) and its log-softmax (max_logprob[r]): x[r][t] - (x[r][argmax] - max_logprob[r]). One
 // thread per row; argmax, max_logprob and out may be mapped host memory.

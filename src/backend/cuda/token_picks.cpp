@@ -141,6 +141,8 @@ void CudaBackend::Impl::ensure_scores(size_t n) {
     score_out = out;
     MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&asks_dev), 2 * cap * sizeof(ScoreAsk)));
     MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&score_out_dev), out, 0));
+    if (!score_parts)
+        MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&score_parts), static_cast<size_t>(n_sms) * kWords * sizeof(int32_t)));
     score_capacity = cap;
 }
 
@@ -229,7 +231,8 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
     }
     if (n_scores > 0)  // after the picks, whose tokens (argmax_fed) the rows without one score
         cuda::launch_row_scores(x, im.asks_dev + s * im.score_capacity, static_cast<int64_t>(n_scores), im.argmax_fed,
-                                im.score_out_dev + s * im.score_capacity * cuda::kRowScoreWords, im.stream);
+                                im.score_out_dev + s * im.score_capacity * cuda::kRowScoreWords, im.score_parts,
+                                im.n_sms, im.stream);
     MVLLM_CUDA_OK(cudaEventRecord(slot.done, im.stream));
     return ticket;
 }
