@@ -221,43 +221,53 @@ constexpr int kMaxScoreParts = 32;
 
 // Per ask, its n_parts part records merged: the (max, sum)s in part order, the n_top best of the
 // parts' best (each part's n_top best are exact unless its count is -1: the row's selection is
-// then redone whole, as row_scores_exact_kernel does).
+// then redone whole, as row_scores_exact_kernel does). The parts' headers are loaded by as many
+// threads at once (thread 0 looping over them waited a round trip per part: ~8 us at 19 parts).
 __global__ void __launch_bounds__(kScoreThreads) row_scores_merge_kernel(const float* x, int64_t width, const ScoreAsk* asks,
                                                                          const int32_t* picked, const int32_t* parts,
                                                                          int n_parts, int32_t* out) {
     pdl_begin();
     __shared__ unsigned long long keys[kMaxScoreParts * kMaxTopLogprobs];
+    __shared__ float part_m[kMaxScoreParts], part_s[kMaxScoreParts];
+    __shared__ int part_n[kMaxScoreParts], part_nan[kMaxScoreParts];
     __shared__ int n_out;
-    __shared__ bool redo;
     const ScoreAsk a = asks[blockIdx.x];
     const float* r = x + static_cast<int64_t>(a.row) * width;
     const int32_t* part = parts + static_cast<int64_t>(blockIdx.x) * n_parts * kRowScoreWords;
     int32_t* o = out + static_cast<int64_t>(blockIdx.x) * kRowScoreWords;
-    if (threadIdx.x == 0) {
-        float m = -INFINITY, s = 0.0f;
-        bool nan = false, dry = false;
-        int n = 0;
-        for (int p = 0; p < n_parts; ++p) {
-            const int32_t* q = part + p * kRowScoreWords;
-            merge_max_sum(m, s, __int_as_float(q[0]), __int_as_float(q[1]));
-            nan |= q[2] != 0;
-            dry |= q[3] < 0;
-            n += q[3] > 0 ? q[3] : 0;
-        }
-        write_score_header(r, a, picked, m, s, nan, o);
-        n_out = n < a.n_top ? n : a.n_top;
-        redo = dry;
-    }
-    const int n_keys = n_parts * kMaxTopLogprobs;
-    for (int i = threadIdx.x; i < n_keys; i += blockDim.x) {
-        const int32_t* q = part + (i / kMaxTopLogprobs) * kRowScoreWords;
-        const int j = i % kMaxTopLogprobs;
-        keys[i] = j < q[3] ? argmax_key(__int_as_float(q[kRowScoreHeader + 2 * j + 1]),
-                                        static_cast<uint32_t>(q[kRowScoreHeader + 2 * j]))
-                           : 0ull;
+    if (threadIdx.x < n_parts) {
+        const int32_t* q = part + threadIdx.x * kRowScoreWords;
+        part_m[threadIdx.x] = __int_as_float(q[0]);
+        part_s[threadIdx.x] = __int_as_float(q[1]);
+        part_nan[threadIdx.x] = q[2];
+        part_n[threadIdx.x] = q[3];
+    } else if (threadIdx.x == 32) {  // the scored token and its logit, beside
+        const int32_t token = a.token >= 0 ? a.token : picked[a.row];
+        o[1] = token;
+        o[2] = __float_as_int(r[token]);
     }
     __syncthreads();
-    if (redo) return select_exact(r, width, a.n_top, o);
+    const int n_keys = n_parts * kMaxTopLogprobs;
+    for (int i = threadIdx.x; i < n_keys; i += blockDim.x) {
+        const int p = i / kMaxTopLogprobs, j = i % kMaxTopLogprobs;
+        const int32_t* q = part + p * kRowScoreWords + kRowScoreHeader + 2 * j;
+        keys[i] = j < part_n[p] ? argmax_key(__int_as_float(q[1]), static_cast<uint32_t>(q[0])) : 0ull;
+    }
+    bool dry = false;
+    if (threadIdx.x == 0) {
+        float m = -INFINITY, s = 0.0f;
+        bool nan = false;
+        int n = 0;
+        for (int p = 0; p < n_parts; ++p) {
+            merge_max_sum(m, s, part_m[p], part_s[p]);
+            nan |= part_nan[p] != 0;
+            dry |= part_n[p] < 0;
+            n += part_n[p] > 0 ? part_n[p] : 0;
+        }
+        o[0] = __float_as_int(nan ? NAN : m + logf(s));
+        n_out = n < a.n_top ? n : a.n_top;
+    }
+    if (__syncthreads_or(dry)) return select_exact(r, width, a.n_top, o);
     for (int i = threadIdx.x; i < n_keys; i += blockDim.x) {
         const unsigned long long k = keys[i];
         if (k == 0) continue;
