@@ -8,6 +8,8 @@
 #   lp     batch 1 (512-token prompt, 256 tokens, T 0.6) with 5 top logprobs, base and new
 #          alternating, and new without logprobs
 #   ncu    the row-score kernels of one batch-1 step with 5 top logprobs
+#   draw   B4(b) at T 0.6 and with top_p 0.9, batch 1 at T 0.6, base and new alternating; B4(b)
+#          greedy (base); ncu of the draw's race kernel in a 256-row step, base and new
 # Usage (repo root, .devdeps and .carry carried): OUT=dir STAGES="test b4b lp" bash bench/picks_device_run.sh
 set -u -o pipefail
 OUT=${OUT:-$(mktemp -d)}
@@ -30,7 +32,7 @@ b4b() {  # binary tag extra-flags...
   local bin=$1 tag=$2; shift 2
   MVLLM_CUDA_STEP_TIMING=1 timeout 150 bin/$bin bench throughput -m $M --device cuda --num-requests 256 \
     --input-len 100:1024 --output-len 100:1024 --kv-cache-memory 90% --kv-dtype f16 --activation-dtype f16 \
-    --temperature 0.6 "$@" --json-out $R/$tag.json > $R/$tag.log 2>&1
+    --temperature ${T:-0.6} "$@" --json-out $R/$tag.json > $R/$tag.log 2>&1
   echo "$tag: $(tail -n1 $R/$tag.log | awk -F'|' '{print $9}') | $(grep -o 'cuda: .*' $R/$tag.log)"
 }
 if has b4b; then
@@ -57,4 +59,18 @@ if has ncu; then
     bin/mvllm-new bench throughput -m $M --device cuda --num-requests 1 --input-len 64 --output-len 64 \
     --temperature 0.6 --logprobs 5 > $R/ncu_scores.txt 2>&1
   grep -E "row_scores|Duration|DRAM Throughput" $R/ncu_scores.txt | head -16
+fi
+if has draw; then
+  for round in 1 2; do
+    for v in base new; do b4b mvllm-$v ${v}_t06_$round; done
+    for v in base new; do b4b mvllm-$v ${v}_top_p_$round --top-p 0.9; done
+    for v in base new; do one mvllm-$v ${v}_b1_t06_$round; done
+  done
+  T=0 b4b mvllm-base base_greedy
+  for v in base new; do
+    timeout 150 ncu -k regex:draw_partial --launch-skip 30 --launch-count 2 --section SpeedOfLight --section WarpStateStats \
+      --section ComputeWorkloadAnalysis bin/mvllm-$v bench throughput -m $M --device cuda --num-requests 256 \
+      --input-len 64 --output-len 64 --temperature 0.6 > $R/ncu_draw_$v.txt 2>&1
+    echo "ncu draw $v:"; grep -E "draw_partial|Duration|DRAM Throughput|Compute \(SM\) Throughput|Executed Ipc A" $R/ncu_draw_$v.txt | head -10
+  done
 fi
