@@ -254,16 +254,6 @@ __device__ __noinline__ double draw_score(float x, int32_t i, const TokenDraw& d
     return x * inv_t - log(-log(race_uniform(d.key, i)));
 }
 
-// A race score's upper bound from its token's uniform u: -log u >= 1 - u, so x / T - log(-log u) <=
-// t - log(1 - u) with t = x / T. The bound's logarithm is a float one (fast math: an absolute error
-// below ~4e-5 for any 1 - u of a 53-bit uniform); kPruneSlack covers it and the rounding of 1 - u,
-// so a token whose bound plus the slack is below a score some token reaches cannot win, and its
-// two double logarithms are skipped (most tokens of a row: ncu, thirty-first session).
-constexpr double kPruneSlack = 1e-3;
-__device__ __forceinline__ double race_bound(double t, double u) {
-    return t - static_cast<double>(__logf(static_cast<float>(1.0 - u))) + kPruneSlack;
-}
-
 // Row blockIdx.y of x, elements [blockIdx.x * kDrawChunk, +kDrawChunk): the best (score, index)
 // into part_score / part_index [row][gridDim.x]. keys: the rows' maxima (argmax_partial_kernel),
 // read only for rows with min_p > 0, which keep the tokens with exp((x_t - max) / T) >= min_p as
@@ -302,14 +292,8 @@ __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float*
     const double inv_t = drawn ? 1.0 / d.temperature : 0.0;
     double best = -INFINITY;
     int32_t best_i = INT_MAX;
-    double reached = -INFINITY;  // a score some token of the warp reaches (race_bound's pruning)
 #pragma unroll
     for (int j = 0; j < kDrawPer; ++j) {
-        if (j == 1) {  // every lane: the warp's best first scores, to prune the rest against
-            reached = best;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) reached = fmax(reached, __shfl_xor_sync(0xffffffffu, reached, o));
-        }
         const int64_t i = begin + j * kDrawThreads;
         if (i >= width || isnan(v[j])) continue;
         double s = v[j];
@@ -320,9 +304,8 @@ __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float*
                 s = draw_score(v[j], static_cast<int32_t>(i), d, max, inv_t);
                 if (isnan(s)) continue;  // min_p drops it
             } else {
-                const double u = race_uniform(d.key, static_cast<int32_t>(i));
-                if (race_bound(s * inv_t, u) < fmax(reached, best)) continue;  // cannot win
                 if (d.min_p > 0.0f && !(exp((static_cast<double>(v[j]) - max) * inv_t) >= d.min_p)) continue;
+                const double u = race_uniform(d.key, static_cast<int32_t>(i));
                 s = s * inv_t - log(-log(u));
             }
         }
