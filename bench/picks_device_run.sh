@@ -55,22 +55,23 @@ if has lp; then
   one mvllm-new new_b1_lp20 --logprobs 20
 fi
 if has ncu; then
-  timeout 150 ncu -k regex:row_scores --launch-skip 20 --launch-count 4 --section SpeedOfLight \
+  timeout 150 ncu -k regex:row_scores --launch-skip 20 --launch-count 2 --section SpeedOfLight --section WarpStateStats \
+    --section LaunchStats --section Occupancy \
     bin/mvllm-new bench throughput -m $M --device cuda --num-requests 1 --input-len 64 --output-len 64 \
     --temperature 0.6 --logprobs 5 > $R/ncu_scores.txt 2>&1
-  grep -E "row_scores|Duration|DRAM Throughput" $R/ncu_scores.txt | head -16
+  grep -E "row_scores|Duration|DRAM Throughput|Warp Cycles Per Issued|Achieved Occupancy" $R/ncu_scores.txt | head -16
 fi
 if has draw; then
+  for v in base new; do
+    timeout 150 ncu -k regex:draw_partial --launch-skip 30 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+      --section ComputeWorkloadAnalysis bin/mvllm-$v bench throughput -m $M --device cuda --num-requests 256 \
+      --input-len 64 --output-len 64 --temperature 0.6 > $R/ncu_draw_$v.txt 2>&1
+    echo "ncu draw $v:"; grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Executed Ipc A|Warp Cycles Per Issued" $R/ncu_draw_$v.txt | head -6
+  done
   for round in 1 2; do
     for v in base new; do b4b mvllm-$v ${v}_t06_$round; done
     for v in base new; do b4b mvllm-$v ${v}_top_p_$round --top-p 0.9; done
     for v in base new; do one mvllm-$v ${v}_b1_t06_$round; done
   done
   T=0 b4b mvllm-base base_greedy
-  for v in base new; do
-    timeout 150 ncu -k regex:draw_partial --launch-skip 30 --launch-count 2 --section SpeedOfLight --section WarpStateStats \
-      --section ComputeWorkloadAnalysis bin/mvllm-$v bench throughput -m $M --device cuda --num-requests 256 \
-      --input-len 64 --output-len 64 --temperature 0.6 > $R/ncu_draw_$v.txt 2>&1
-    echo "ncu draw $v:"; grep -E "draw_partial|Duration|DRAM Throughput|Compute \(SM\) Throughput|Executed Ipc A" $R/ncu_draw_$v.txt | head -10
-  done
 fi

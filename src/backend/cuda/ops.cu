@@ -254,6 +254,15 @@ __device__ __noinline__ double draw_score(float x, int32_t i, const TokenDraw& d
     return x * inv_t - log(-log(race_uniform(d.key, i)));
 }
 
+// A race score's upper bound from its token's uniform u: -log u >= 1 - u, so x / T - log(-log u) <=
+// t - log(1 - u) with t = x / T. Its logarithm is a float one (fast math: an absolute error below
+// ~4e-5 for any 1 - u of a 53-bit uniform), which kPruneSlack covers with the rounding of 1 - u: a
+// token whose bound is below a score some token reaches cannot win the race.
+constexpr double kPruneSlack = 1e-3;
+__device__ __forceinline__ double race_bound(double t, double u) {
+    return t - static_cast<double>(__logf(static_cast<float>(1.0 - u))) + kPruneSlack;
+}
+
 // Row blockIdx.y of x, elements [blockIdx.x * kDrawChunk, +kDrawChunk): the best (score, index)
 // into part_score / part_index [row][gridDim.x]. keys: the rows' maxima (argmax_partial_kernel),
 // read only for rows with min_p > 0, which keep the tokens with exp((x_t - max) / T) >= min_p as
@@ -292,24 +301,58 @@ __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float*
     const double inv_t = drawn ? 1.0 / d.temperature : 0.0;
     double best = -INFINITY;
     int32_t best_i = INT_MAX;
+    const auto kept = [&](int j, int64_t i) {  // in the row, not NaN, and not cut by top_k / top_p
+        return i < width && !isnan(v[j]) && (!drawn || c.keeps(order_key(v[j]), i));
+    };
+    // A kept token's exact score (x / T - log(-log u), the two double logarithms that make ~90 % of
+    // this kernel's instructions), unless min_p drops it.
+    const auto race = [&](float xv, int32_t i, double u) {
+        if (d.min_p > 0.0f && !(exp((static_cast<double>(xv) - max) * inv_t) >= d.min_p)) return;
+        const double s = static_cast<double>(xv) * inv_t - log(-log(u));
+        if (draw_beats(s, i, best, best_i)) best = s, best_i = i;
+    };
+    if (drawn && !kOutlined) {
+        // The race pruned warp by warp: every lane scores its first token exactly, then the other
+        // tokens whose race_bound reaches the warp's best so far are listed (warp votes, in shared
+        // memory) and scored 32 at a time, so that the lanes of a warp run the exact score together
+        // on the few that can still win (~2 % of a flat row's). Skipping lane by lane instead left
+        // the warp running the exact path for whichever lane needed it, and was slower (thirty-first
+        // session, call 3).
+        __shared__ int32_t listed[kDrawThreads / 32][(kDrawPer - 1) * 32];
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        if (kept(0, begin)) race(v[0], static_cast<int32_t>(begin), race_uniform(d.key, static_cast<int32_t>(begin)));
+        double bar = best;
 #pragma unroll
-    for (int j = 0; j < kDrawPer; ++j) {
-        const int64_t i = begin + j * kDrawThreads;
-        if (i >= width || isnan(v[j])) continue;
-        double s = v[j];
-        if (drawn) {
-            const uint32_t k = order_key(v[j]);
-            if (!c.keeps(k, i)) continue;  // top_k / top_p's cut
-            if constexpr (kOutlined) {
-                s = draw_score(v[j], static_cast<int32_t>(i), d, max, inv_t);
-                if (isnan(s)) continue;  // min_p drops it
-            } else {
-                if (d.min_p > 0.0f && !(exp((static_cast<double>(v[j]) - max) * inv_t) >= d.min_p)) continue;
-                const double u = race_uniform(d.key, static_cast<int32_t>(i));
-                s = s * inv_t - log(-log(u));
-            }
+        for (int o = 16; o > 0; o >>= 1) bar = fmax(bar, __shfl_xor_sync(0xffffffffu, bar, o));
+        int n = 0;  // the warp's listed tokens
+#pragma unroll
+        for (int j = 1; j < kDrawPer; ++j) {
+            const int64_t i = begin + j * kDrawThreads;
+            const bool may_win =
+                kept(j, i) && race_bound(v[j] * inv_t, race_uniform(d.key, static_cast<int32_t>(i))) >= bar;
+            const unsigned votes = __ballot_sync(0xffffffffu, may_win);
+            if (may_win) listed[warp][n + __popc(votes & ((1u << lane) - 1u))] = static_cast<int32_t>(i);
+            n += __popc(votes);
         }
-        if (draw_beats(s, static_cast<int32_t>(i), best, best_i)) best = s, best_i = static_cast<int32_t>(i);
+        __syncwarp();
+        for (int k = lane; k < n; k += 32) {
+            const int32_t i = listed[warp][k];
+            race(__ldcg(r + i), i, race_uniform(d.key, i));
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < kDrawPer; ++j) {
+            const int64_t i = begin + j * kDrawThreads;
+            if (!kept(j, i)) continue;
+            double s = v[j];
+            if constexpr (kOutlined) {
+                if (drawn) {
+                    s = draw_score(v[j], static_cast<int32_t>(i), d, max, inv_t);
+                    if (isnan(s)) continue;  // min_p drops it
+                }
+            }
+            if (draw_beats(s, static_cast<int32_t>(i), best, best_i)) best = s, best_i = static_cast<int32_t>(i);
+        }
     }
     draw_warp_best(best, best_i);
     if ((threadIdx.x & 31) == 0) {
