@@ -31,6 +31,15 @@ struct Fixture {
         EXPECT_TRUE(c.is_ok()) << c.status().message();
         return std::move(*c);
     }
+    // The batch's logits on a fresh cache of n_blocks (empty on an error).
+    std::vector<float> logits_of(const Batch& batch, int64_t n_blocks) {
+        std::vector<float> logits;
+        auto c = cache(n_blocks);
+        const Status st = decoder->forward(batch, *c, &logits);
+        EXPECT_TRUE(st.is_ok()) << st.message();
+        if (!st.is_ok()) logits.clear();
+        return logits;
+    }
 };
 
 std::vector<int32_t> blocks(int32_t first, int32_t n) {
@@ -139,20 +148,22 @@ TEST(FedTokens, UnresolvableFedTokensAreRefused) {
     EXPECT_NE(st.message().find("without a greedy step"), std::string::npos) << st.message();
 }
 
+// Three prompts as one prefill step (blocks 0-3, 4-7 and 8-11), each wanting its last logits.
+Batch three_prompts() {
+    const std::vector<int32_t> prompts[3] = {{3, 17, 42, 8, 99}, {250, 1, 64}, {7, 7, 9}};
+    Batch b;
+    for (int s = 0; s < 3; ++s) b.add_sequence(prompts[s], 0, blocks(4 * s, 4), true);
+    return b;
+}
+
 // Token draws (core/race.h) through the decoder: a row with a temperature is race_row's draw over
 // that row's logits (from forward on a fresh cache), a row without one its argmax, in one step;
 // malformed draws are refused with an error.
 TEST(TokenDraws, DrawnRowsAreTheRaceOverTheirLogits) {
     Fixture f("tiny-qwen2");
-    const std::vector<int32_t> prompts[3] = {{3, 17, 42, 8, 99}, {250, 1, 64}, {7, 7, 9}};
-    auto step = [&] {
-        Batch b;
-        for (int s = 0; s < 3; ++s) b.add_sequence(prompts[s], 0, blocks(4 * s, 4), true);
-        return b;
-    };
-    std::vector<float> logits;
-    auto reference_cache = f.cache(12);
-    ASSERT_TRUE(f.decoder->forward(step(), *reference_cache, &logits).is_ok());
+    const auto step = three_prompts;
+    const std::vector<float> logits = f.logits_of(step(), 12);
+    ASSERT_FALSE(logits.empty());
     const int64_t n_vocab = f.decoder->config().n_vocab;
     int not_argmax = 0;
     for (uint64_t key = 1; key <= 30; ++key) {
@@ -186,15 +197,9 @@ TEST(TokenDraws, DrawnRowsAreTheRaceOverTheirLogits) {
 // a row's argmax), and clear errors for picks without a pass or that do not fit the pass's rows.
 TEST(TokenDraws, PicksQueuedAfterThePassEqualForwardGreedy) {
     Fixture f("tiny-qwen2");
-    const std::vector<int32_t> prompts[3] = {{3, 17, 42, 8, 99}, {250, 1, 64}, {7, 7, 9}};
-    auto step = [&] {
-        Batch b;
-        for (int s = 0; s < 3; ++s) b.add_sequence(prompts[s], 0, blocks(4 * s, 4), true);
-        return b;
-    };
-    std::vector<float> logits;
-    auto reference_cache = f.cache(12);
-    ASSERT_TRUE(f.decoder->forward(step(), *reference_cache, &logits).is_ok());
+    const auto step = three_prompts;
+    const std::vector<float> logits = f.logits_of(step(), 12);
+    ASSERT_FALSE(logits.empty());
     const int64_t n_vocab = f.decoder->config().n_vocab;
     const int32_t top1 = row_argmax(logits.data() + n_vocab, n_vocab);
     TokenPicks picks{{{}, {0.9f, 0.0f, mix64(7)}, {}}, {{1, top1, 0.0f, 1.0f, 1e4f}}};  // row 1: its argmax pushed down
