@@ -304,8 +304,8 @@ __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float*
     const auto kept = [&](int j, int64_t i) {  // in the row, not NaN, and not cut by top_k / top_p
         return i < width && !isnan(v[j]) && (!drawn || c.keeps(order_key(v[j]), i));
     };
-    // A kept token's exact score (x / T - log(-log u), the two double logarithms that make ~90 % of
-    // this kernel's instructions), unless min_p drops it.
+    // A kept token's exact score (x / T - log(-log u): two double logarithms, most of what this
+    // kernel executed before the pruning below), unless min_p drops it.
     const auto race = [&](float xv, int32_t i, double u) {
         if (d.min_p > 0.0f && !(exp((static_cast<double>(xv) - max) * inv_t) >= d.min_p)) return;
         const double s = static_cast<double>(xv) * inv_t - log(-log(u));
@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(kDrawThreads) draw_partial_kernel(const float*
         // The race pruned warp by warp: every lane scores its first token exactly, then the other
         // tokens whose race_bound reaches the warp's best so far are listed (warp votes, in shared
         // memory) and scored 32 at a time, so that the lanes of a warp run the exact score together
-        // on the few that can still win (~2 % of a flat row's). Skipping lane by lane instead left
+        // on the few that can still win (a few per cent of a flat row's, by bench/NOTES.md's budget). Skipping lane by lane instead left
         // the warp running the exact path for whichever lane needed it, and was slower (thirty-first
         // session, call 3).
         __shared__ int32_t listed[kDrawThreads / 32][(kDrawPer - 1) * 32];
