@@ -196,11 +196,7 @@ Result<uint64_t> Decoder::forward_greedy_enqueue(const Batch& batch, KvCache& ca
     MVLLM_TRY(queue_pass(batch, cache));
     const TensorView out = *pass_rows_;
     pass_rows_.reset();
-    try {
-        return enqueue_picks(out, logprobs, picks);
-    } catch (const DeviceOutOfMemory& e) {
-        return make_error(e.what());
-    }
+    return enqueue_picks(out, logprobs, picks);
 }
 
 Status Decoder::queue_pass(const Batch& batch, KvCache& cache) {
@@ -222,19 +218,19 @@ Result<uint64_t> Decoder::queue_picks(bool logprobs, const TokenPicks& picks) {
     pass_rows_.reset();
     if (const std::string why = picks_error(picks, out.ne[1], config_.n_vocab, logprobs); !why.empty())
         return make_error(why);
+    return enqueue_picks(out, logprobs, picks);
+}
+
+Result<uint64_t> Decoder::enqueue_picks(const TensorView& out, bool logprobs, const TokenPicks& picks) {
     try {
-        return enqueue_picks(out, logprobs, picks);
+        const uint64_t ticket = backend_.argmax_enqueue(out, logprobs, picks);
+        greedy_[ticket % 2] = {ticket, out.ne[1], logprobs, !picks.targets.empty(),
+                               static_cast<int64_t>(picks.copies.size()), static_cast<int64_t>(picks.scores.size())};
+        last_greedy_ = ticket;
+        return ticket;
     } catch (const DeviceOutOfMemory& e) {
         return make_error(e.what());
     }
-}
-
-uint64_t Decoder::enqueue_picks(const TensorView& out, bool logprobs, const TokenPicks& picks) {
-    const uint64_t ticket = backend_.argmax_enqueue(out, logprobs, picks);
-    greedy_[ticket % 2] = {ticket, out.ne[1], logprobs, !picks.targets.empty(),
-                           static_cast<int64_t>(picks.copies.size()), static_cast<int64_t>(picks.scores.size())};
-    last_greedy_ = ticket;
-    return ticket;
 }
 
 Status Decoder::greedy_result(uint64_t ticket, std::vector<int32_t>* tokens, std::vector<float>* logprobs,

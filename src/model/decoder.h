@@ -83,7 +83,7 @@ private:
     // throws DeviceOutOfMemory; forward and forward_greedy turn it into an error Status.
     TensorView run(const Batch& batch, KvCache& cache);
     // Queues the picks of the logit rows `out` (validated) and records the step under its ticket.
-    uint64_t enqueue_picks(const TensorView& out, bool logprobs, const TokenPicks& picks);
+    Result<uint64_t> enqueue_picks(const TensorView& out, bool logprobs, const TokenPicks& picks);
 
     ModelConfig config_;
     Backend& backend_;
