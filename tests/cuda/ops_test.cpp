@@ -11,7 +11,6 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "backend/cuda/gemm_tiles.cuh"
-#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/gemv_stream.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "core/half.h"
@@ -215,58 +214,6 @@ TEST(CudaOps, StreamingGemvEqualsRegisterGemv) {
     }
     cuda::set_gemv_stream_mode(-1);
     cuda::set_gemv_k_split(0);
-}
-
-// The SwiGLU GEMV of one column also writing its output's QX (its CTAs in clusters of four, whose
-// 32 rows are one QX block) gives the quantiser's bytes: launch_quantize_qx of the output it
-// stored. The 0.5B and 7B FFN shapes and a small one, every quantised type, F32 and F16 outputs;
-// the register GEMV (the streaming one does not write QX).
-TEST(CudaOps, SwigluGemvWritesTheQuantisersQx) {
-    MVLLM_REQUIRE_GPU();
-    auto be = make_cuda();
-    ASSERT_TRUE(be);
-    cuda::set_gemv_stream_mode(0);
-    uint64_t seed = 1300;
-    for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
-        for (const Shape& sh : {Shape{896, 4864}, Shape{3584, 18944}, Shape{256, 96}}) {
-            for (DType out_type : {DType::F32, DType::F16}) {
-                SCOPED_TRACE(std::string(type_name(type)) + " " + std::to_string(sh.n_in) + "x" +
-                             std::to_string(sh.n_out) + " out " + type_name(out_type));
-                std::vector<uint8_t> wb = random_blocks(type, sh.n_in, sh.n_out, seed++);
-                std::vector<uint8_t> ub = random_blocks(type, sh.n_in, sh.n_out, seed++);
-                auto w = be->upload_weight(host_view(type, sh.n_in, sh.n_out, wb.data()));
-                auto u = be->upload_weight(host_view(type, sh.n_in, sh.n_out, ub.data()));
-                ASSERT_TRUE(w.is_ok() && u.is_ok());
-                TensorView x = begin_with_input(*be, random_floats(static_cast<size_t>(sh.n_in), seed++), sh.n_in, 1);
-                TensorView h = be->alloc(out_type, sh.n_out, 1);
-                void *in_buf = nullptr, *fused_buf = nullptr, *ref_buf = nullptr;
-                const size_t in_bytes = cuda::qx_bytes(sh.n_in, 1), out_bytes = cuda::qx_bytes(sh.n_out, 1);
-                ASSERT_EQ(cudaMalloc(&in_buf, in_bytes), cudaSuccess);
-                ASSERT_EQ(cudaMalloc(&fused_buf, out_bytes), cudaSuccess);
-                ASSERT_EQ(cudaMalloc(&ref_buf, out_bytes), cudaSuccess);
-                ASSERT_EQ(cudaMemset(fused_buf, 0xA5, out_bytes), cudaSuccess);  // no stale zeros pass
-                ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-                const cuda::QxView qx_in = cuda::qx_view(in_buf, sh.n_in, 1);
-                const cuda::QxView fused = cuda::qx_view(fused_buf, sh.n_out, 1), ref = cuda::qx_view(ref_buf, sh.n_out, 1);
-                cuda::launch_quantize_qx(x, qx_in, nullptr);
-                const bool wrote = cuda::launch_gemv_qx_swiglu(*w, *u, qx_in, h, nullptr, false, &fused);
-                EXPECT_EQ(wrote, cuda::gemv_one_column_k_split(type, sh.n_in, sh.n_out, true) == 1);
-                EXPECT_TRUE(wrote) << "every shape here takes one warp per row group";
-                cuda::launch_quantize_qx(h, ref, nullptr);
-                ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-                std::vector<uint8_t> got(out_bytes), want(out_bytes);
-                ASSERT_EQ(cudaMemcpy(got.data(), fused_buf, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-                ASSERT_EQ(cudaMemcpy(want.data(), ref_buf, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-                if (wrote) {
-                    EXPECT_EQ(got, want) << "QX bytes differ";
-                }
-                cudaFree(in_buf);
-                cudaFree(fused_buf);
-                cudaFree(ref_buf);
-            }
-        }
-    }
-    cuda::set_gemv_stream_mode(-1);
 }
 
 // The register GEMV's K split for one token column (host only, no GPU): the fewest warps per row

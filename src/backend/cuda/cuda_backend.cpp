@@ -143,16 +143,15 @@ const cuda::QxView* CudaBackend::Impl::qx_for(const TensorView& w, const TensorV
     if (!cuda::gemv_uses_qx(w.type) ||
         cuda::choose_matmul_path(w.type, n_rows, options.batch_invariant) != cuda::MatmulPath::Gemv || n_rows == 0)
         return nullptr;
-    void* const buffers[2] = {matmul_scratch.qx, matmul_scratch.qx_next};
-    for (int b = 0; b < 2; ++b) {
-        if (qx_held[b].source == x.data && qx_held[b].n_in == n_in && qx_held[b].rows == n_rows) {
-            *storage = cuda::qx_view(buffers[b], n_in, n_rows);
-            return storage;
-        }
+    if (qx_source == x.data && qx_n_in == n_in && qx_rows == n_rows) {
+        *storage = cuda::qx_view(matmul_scratch.qx, n_in, n_rows);
+        return storage;
     }
     *storage = cuda::ensure_qx(matmul_scratch, n_in, n_rows);
     cuda::launch_quantize_qx(x, *storage, stream);
-    hold_qx(0, x);
+    qx_source = x.data;
+    qx_n_in = n_in;
+    qx_rows = n_rows;
     return storage;
 }
 
@@ -385,7 +384,9 @@ void CudaBackend::rms_norm(const TensorView& x, const TensorView& weight, float 
         (x.type == DType::F32 || x.type == DType::F16)) {
         const cuda::QxView qx = cuda::ensure_qx(im.matmul_scratch, width, n_rows);
         cuda::launch_rms_norm_qx(x, weight, eps, out, qx, im.stream);
-        im.hold_qx(0, out);
+        im.qx_source = out.data;
+        im.qx_n_in = width;
+        im.qx_rows = n_rows;
         return;
     }
     cuda::launch_rms_norm(x, weight, eps, out, im.stream);
@@ -417,16 +418,7 @@ void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up
     const bool stackable = same && w_gate.ne[1] % 4 == 0;  // the SwiGLU kernel's 16-byte loads
     if (const cuda::QxView* qx = same ? im.qx_for(w_gate, x, &storage) : nullptr) {
         im.wrote(out);
-        // One row: the kernel also writes the QX that the down projection's GEMV reads (into the
-        // second buffer: it reads the first), which saves the quantisation kernel. MVLLM_SWIGLU_QX=0
-        // turns this off (for A/B measurements).
-        static const bool qx_enabled = cuda::env_on("MVLLM_SWIGLU_QX");
-        cuda::QxView next;
-        const bool want_qx = qx_enabled && x.ne[1] == 1 && out.ne[0] % 32 == 0;
-        if (want_qx) next = cuda::ensure_qx_next(im.matmul_scratch, out.ne[0], 1);
-        if (cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream, im.options.batch_invariant,
-                                        want_qx ? &next : nullptr))
-            im.hold_qx(1, out);
+        cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream, im.options.batch_invariant);
         return;
     }
     // Larger batches on quantised weights: gate and up as one product (the quantised tile GEMM
@@ -533,7 +525,9 @@ void CudaBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, 
     if (cuda::launch_attention(variant, im.batch, im.seq_ctx_offset, im.total_context, device_layer(cache, layer), q,
                                out, n_heads, scale, im.attention_scratch, im.n_sms, im.stream,
                                im.options.batch_invariant, want_qx ? &qx : nullptr)) {
-        im.hold_qx(0, out);
+        im.qx_source = out.data;
+        im.qx_n_in = width;
+        im.qx_rows = n_rows;
     }
 }
 

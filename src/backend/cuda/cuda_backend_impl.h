@@ -31,7 +31,7 @@ std::string cuda_memory_report();
 // What recorded kernels point at besides weights and the cache (scratch buffers grow by
 // reallocation): the arena generation and the scratch pointers.
 using StepResources = std::tuple<uint64_t, const void*, const void*, const void*, const void*, const void*,
-                                 const void*, const void*, const void*, const void*>;
+                                 const void*, const void*, const void*>;
 
 // A recorded decode step: its graph and the fixed device buffer its kernels read the step's
 // inputs from.
@@ -182,15 +182,9 @@ struct CudaBackend::Impl {
     cuda::MatmulScratch matmul_scratch;
     std::unique_ptr<cuda::GemmTuner> gemm_tuner;  // matmul_scratch.tuner
     cuda::AttentionScratch attention_scratch;
-    // The activations whose QX (gemv.cuh) matmul_scratch.qx ([0]) and matmul_scratch.qx_next ([1])
-    // hold (source nullptr: none).
-    struct QxHeld {
-        const void* source = nullptr;
-        int64_t n_in = 0, rows = 0;
-    };
-    QxHeld qx_held[2];
-    void hold_qx(int buffer, const TensorView& x) { qx_held[buffer] = {x.data, x.ne[0], x.ne[1]}; }
-    void forget_qx() { qx_held[0] = qx_held[1] = {}; }
+    // The activation whose QX (gemv.cuh) matmul_scratch.qx holds, or nullptr.
+    const void* qx_source = nullptr;
+    int64_t qx_n_in = 0, qx_rows = 0;
 
     // Recorded decode steps.
     bool graphs_enabled = true;
@@ -233,15 +227,14 @@ struct CudaBackend::Impl {
     void set_inv_freq(const RopeParams& rope);
     // Forgets a QX copy of the tensor an op is about to write.
     void wrote(const TensorView& t) {
-        for (QxHeld& h : qx_held)
-            if (t.data == h.source) h = {};
+        if (t.data == qx_source) qx_source = nullptr;
     }
     // The QX of x for a GEMV (computed unless the last producer of x left it), or nullptr when w
     // does not take the integer GEMV for this many rows.
     const cuda::QxView* qx_for(const TensorView& w, const TensorView& x, cuda::QxView* storage);
     StepResources resources() const {
         return {arena_generation, attention_scratch.partial, attention_scratch.counters, matmul_scratch.qx,
-                matmul_scratch.qx_next, matmul_scratch.input, matmul_scratch.weight, matmul_scratch.partial, inv_freq, argmax_fed};
+                matmul_scratch.input, matmul_scratch.weight, matmul_scratch.partial, inv_freq, argmax_fed};
     }
 };
 

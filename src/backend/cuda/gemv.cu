@@ -4,8 +4,6 @@
 #include <atomic>
 #include <cstdlib>
 
-#include <cooperative_groups.h>
-
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/env.h"
@@ -65,28 +63,6 @@ __device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxVi
     }
 }
 
-// The SwiGLU GEMV of one column writing the QX of its output (qx_out, launch_gemv_qx_swiglu): its
-// CTAs (ks = 1) hold kGemvWarps * R consecutive rows each, so kSwigluQxCluster of them make one
-// 32-value QX block. They run as one thread-block cluster: each leaves its rows' values (as stored)
-// in shared memory, and after a cluster barrier warp 0 of rank 0 reads the 32 values from the
-// cluster's CTAs and quantises them (write_qx_block: the quantiser's bits). The second barrier
-// keeps every CTA's shared memory alive until rank 0 has read it. One kernel boundary (the
-// quantisation kernel) fewer per layer.
-constexpr int kSwigluQxCluster = 4;
-template <int R>
-__device__ __forceinline__ void write_cluster_qx(const float* rows, const QxView& q) {
-    constexpr int kPerCta = kGemvWarps * R;
-    static_assert(kPerCta * kSwigluQxCluster == 32, "a cluster's rows are one QX block");
-    const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    cluster.sync();
-    if (cluster.block_rank() == 0 && threadIdx.x < 32) {
-        const int lane = threadIdx.x;
-        const float v = *cluster.map_shared_rank(rows + lane % kPerCta, lane / kPerCta);
-        write_qx_block(q, blockIdx.x / kSwigluQxCluster, lane, v);
-    }
-    cluster.sync();
-}
-
 // Reads: R rows of w (and of w2 when kPair) from row (blockIdx.x * (kGemvWarps / ks) + warp / ks) * R,
 // the n_tokens <= NT QX rows of x, bias. Writes: out [n_tokens][n_out] (F32; kPair: out_type).
 // Launch: grid ceil(n_out / (kGemvWarps / ks * R)), kGemvWarps * 32 threads, ks in {1, 2, 4}.
@@ -97,7 +73,7 @@ __device__ __forceinline__ void write_cluster_qx(const float* rows, const QxView
 template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix& w2, const QxView& x, const float* bias,
                                         void* out, DType out_type, int64_t n_out, int n_tokens, int accumulate, int ks,
-                                        int early, const QkvRopeOut& rope, const QxView& qx_out) {
+                                        int early, const QkvRopeOut& rope) {
     using I = Item<T>;
     constexpr int R = rows_per_warp<T, NT, kPair>();
     constexpr int NS = kPair ? 2 : 1;
@@ -223,8 +199,6 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
             }
         }
     } else {
-        // kPair, one column: the CTA's stored values, for the QX of the output (qx_out).
-        [[maybe_unused]] __shared__ float stored[kPair && NT == 1 ? kGemvWarps * R : 1];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -236,7 +210,6 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                 if (lane == ((r * NT + t) & 31) && o < n_out && t < n_tokens) {
                     if (kPair) {
                         store_any(out, out_type, t * n_out + o, v);
-                        if constexpr (NT == 1) stored[warp * R + r] = round_to(out_type, v);
                     } else {
                         float* dst = static_cast<float*>(out) + t * n_out + o;
                         if (bias) v += bias[o];
@@ -246,8 +219,6 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                 }
             }
         }
-        if constexpr (kPair && NT == 1)
-            if (qx_out.hi) write_cluster_qx<R>(stored, qx_out);
     }
 }
 
@@ -261,12 +232,11 @@ struct GemvQxArgs {
     int64_t n_out;
     int n_tokens, accumulate, ks, early;  // early: kEarly*Flag bits
     QkvRopeOut rope;  // kRope: where the fused QKV rows go
-    QxView qx_out;    // kPair, one column: the output's QX too (hi null: not), in clusters of kSwigluQxCluster
 };
 template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const GemvQxArgs& a) {
     gemv_qx<T, NT, kPair, kRope>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate, a.ks,
-                                 a.early, a.rope, a.qx_out);
+                                 a.early, a.rope);
 }
 template <DType T, int NT, bool kPair, bool kRope = false>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) { gemv_qx<T, NT, kPair, kRope>(a); }
@@ -430,30 +400,22 @@ GemvGrid gemv_qx_grid(int64_t n_in, int64_t n_out) {
     return {ks, static_cast<unsigned>(ceil_div(n_out, kGemvWarps / ks * R))};
 }
 
-// With `rope` (kRope): the fused QKV rows, RoPE'd and stored by the epilogue (no `out`). With
-// `qx_out` (kPair, one column): also the QX of the output where the launch's shape allows
-// (write_cluster_qx); returns whether it wrote it.
+// With `rope` (kRope): the fused QKV rows, RoPE'd and stored by the epilogue (no `out`).
 template <DType T, int NT, bool kPair, bool kRope = false>
-bool gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
-                    DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, const QkvRopeOut* rope = nullptr,
-                    const QxView* qx_out = nullptr) {
+void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
+                    DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, const QkvRopeOut* rope = nullptr) {
     const auto [ks, grid] = gemv_qx_grid<T, NT, kPair>(x.n_in, n_out);
     const QuantMatrix m = quant_matrix<T>(w.data, w.ne[0], w.ne[1]);
     const QuantMatrix m2 = w2 ? quant_matrix<T>(w2->data, w2->ne[0], w2->ne[1]) : m;
     GemvQxArgs args{m, m2, x, bias, out, out_type, n_out, static_cast<int>(x.n_rows), accumulate, ks,
                     (early_loads() & kEarlyGemv ? kEarlyWeightsFlag : 0) |
                         (early_loads() & kEarlyResidual ? kEarlyResidualFlag : 0),
-                    {}, {}};
+                    {}};
     if (rope) args.rope = *rope;
-    const bool write_qx = kPair && NT == 1 && qx_out && ks == 1 && n_out % 32 == 0 && qx_out->n_in == n_out &&
-                          qx_out->n_rows == 1;
-    if (write_qx) args.qx_out = *qx_out;
-    const dim3 cluster(write_qx ? kSwigluQxCluster : 1, 1, 1);
     if constexpr (T == DType::Q4_0 && NT == 1)
-        launch_pdl_clustered(gemv_q4_0_b1_kernel<kPair, kRope>, grid, kGemvWarps * 32, 0, stream, cluster, args);
+        launch_pdl(gemv_q4_0_b1_kernel<kPair, kRope>, grid, kGemvWarps * 32, 0, stream, args);
     else
-        launch_pdl_clustered(gemv_qx_kernel<T, NT, kPair, kRope>, grid, kGemvWarps * 32, 0, stream, cluster, args);
-    return write_qx;
+        launch_pdl(gemv_qx_kernel<T, NT, kPair, kRope>, grid, kGemvWarps * 32, 0, stream, args);
 }
 
 // The fused QKV projection with RoPE and the K/V store in the epilogue, up to kQkvRopeMaxRows rows
@@ -473,15 +435,14 @@ void qkv_rope_dispatch_type(const TensorView& w, const QxView& x, const float* b
 }
 
 template <int NT, bool kPair>
-bool gemv_qx_dispatch_type(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
-                           DType out_type, int64_t n_out, int accumulate, cudaStream_t stream,
-                           const QxView* qx_out = nullptr) {
+void gemv_qx_dispatch_type(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
+                           DType out_type, int64_t n_out, int accumulate, cudaStream_t stream) {
     switch (w.type) {
-        case DType::Q4_0: return gemv_qx_launch<DType::Q4_0, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream, nullptr, qx_out);
-        case DType::Q8_0: return gemv_qx_launch<DType::Q8_0, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream, nullptr, qx_out);
-        case DType::Q4_K: return gemv_qx_launch<DType::Q4_K, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream, nullptr, qx_out);
-        case DType::Q6_K: return gemv_qx_launch<DType::Q6_K, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream, nullptr, qx_out);
-        default: MVLLM_CHECK(false) << "integer GEMV: weight type " << type_name(w.type); return false;
+        case DType::Q4_0: gemv_qx_launch<DType::Q4_0, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
+        case DType::Q8_0: gemv_qx_launch<DType::Q8_0, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
+        case DType::Q4_K: gemv_qx_launch<DType::Q4_K, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
+        case DType::Q6_K: gemv_qx_launch<DType::Q6_K, NT, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream); break;
+        default: MVLLM_CHECK(false) << "integer GEMV: weight type " << type_name(w.type);
     }
 }
 
@@ -489,19 +450,12 @@ bool gemv_qx_dispatch_type(const TensorView& w, const TensorView* w2, const QxVi
 // columns exactly as a lone launch would).
 // One column outside batch-invariant mode may take the streaming GEMV (gemv_stream.cuh), whose
 // sums differ in order from the register GEMV's at other column counts.
-// qx_out: see gemv_qx_launch (one column only); returns whether it was written.
 template <bool kPair>
-bool gemv_qx_dispatch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
-                      DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, bool batch_invariant,
-                      const QxView* qx_out = nullptr) {
+void gemv_qx_dispatch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
+                      DType out_type, int64_t n_out, int accumulate, cudaStream_t stream, bool batch_invariant) {
     if (x.n_rows == 1 && !batch_invariant && launch_gemv_stream(w, w2, x, bias, out, out_type, accumulate, stream)) {
         MVLLM_CUDA_LAUNCH_CHECK();
-        return false;
-    }
-    if (x.n_rows == 1) {
-        const bool wrote = gemv_qx_dispatch_type<1, kPair>(w, w2, x, bias, out, out_type, n_out, accumulate, stream, qx_out);
-        MVLLM_CUDA_LAUNCH_CHECK();
-        return wrote;
+        return;
     }
     const size_t out_elem = out_type == DType::F32 ? 4 : 2;
     for (int64_t t0 = 0; t0 < x.n_rows; t0 += kGemvMaxColumns) {
@@ -518,7 +472,6 @@ bool gemv_qx_dispatch(const TensorView& w, const TensorView* w2, const QxView& x
         else gemv_qx_dispatch_type<8, kPair>(w, w2, xs, bias, os, out_type, n_out, accumulate, stream);
         MVLLM_CUDA_LAUNCH_CHECK();
     }
-    return false;
 }
 
 template <typename WT, typename XT>
@@ -580,13 +533,12 @@ void launch_gemv_qx(const TensorView& w, const QxView& qx, const TensorView& bia
                             epilogue == GemvEpilogue::Accumulate ? 1 : 0, stream, batch_invariant);
 }
 
-bool launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,
-                           const TensorView& out, cudaStream_t stream, bool batch_invariant, const QxView* qx_out) {
+void launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,
+                           const TensorView& out, cudaStream_t stream, bool batch_invariant) {
     MVLLM_CHECK(w_gate.type == w_up.type && w_gate.ne == w_up.ne && w_gate.ne[0] == qx.n_in &&
                 out.ne[0] == w_gate.ne[1] && out.ne[1] == qx.n_rows)
         << "gemv_qx_swiglu shapes";
-    return gemv_qx_dispatch<true>(w_gate, &w_up, qx, nullptr, out.data, out.type, w_gate.ne[1], 0, stream,
-                                  batch_invariant, qx_out);
+    gemv_qx_dispatch<true>(w_gate, &w_up, qx, nullptr, out.data, out.type, w_gate.ne[1], 0, stream, batch_invariant);
 }
 
 void launch_gemv_float(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,

@@ -69,12 +69,8 @@ void launch_qkv_rope_gemv(const TensorView& wqkv, const QxView& qx, const Tensor
 void launch_gemv_qx(const TensorView& w, const QxView& qx, const TensorView& bias, const TensorView& out,
                     GemvEpilogue epilogue, cudaStream_t stream, bool batch_invariant = false);
 // out = silu(W_gate x) * (W_up x) (out: F32 / F16 / BF16), both weights of one quantised type.
-// qx_out (one row, n_in = out's width): the kernel also writes QX(out), as launch_quantize_qx would,
-// where its launch allows (the register GEMV with one warp per row group, a width that is a
-// multiple of 32); returns whether it did.
-bool launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,
-                           const TensorView& out, cudaStream_t stream, bool batch_invariant = false,
-                           const QxView* qx_out = nullptr);
+void launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,
+                           const TensorView& out, cudaStream_t stream, bool batch_invariant = false);
 // Test hook: the register GEMV's K split (1, 2 or 4; anything else: back to its rule).
 void set_gemv_k_split(int ks);
 // The warps per row (K split) the register GEMV takes for one token column of a quantised W

@@ -141,7 +141,7 @@ void CudaBackend::begin(const Batch& b) {
     MVLLM_CUDA_OK(cudaMemcpyAsync(im.meta_device, im.meta_host, bytes, cudaMemcpyHostToDevice, im.stream));
     MVLLM_CUDA_OK(cudaEventRecord(im.meta_copied, im.stream));
     im.arena_next = 0;
-    im.forget_qx();
+    im.qx_source = nullptr;
     im.mode = StepMode::Eager;
     im.graph_timing.synced = {};  // an eager step: not counted as host time between graph steps
     im.graph_timing.chain_next = false;
@@ -206,7 +206,7 @@ bool CudaBackend::begin_step(const Batch& b, uint64_t program, KvCache& cache) {
     im.seq_ctx_offset = g->seq_ctx_offset;
     im.total_context = g->total_context;
     im.arena_next = 0;
-    im.forget_qx();
+    im.qx_source = nullptr;
     im.step_key = key;
     g->last_use = ++im.step_counter;
     if (im.mode == StepMode::Capture)

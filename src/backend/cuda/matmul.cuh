@@ -53,8 +53,6 @@ struct MatmulScratch {
     size_t input_bytes = 0;
     void* qx = nullptr;      // QX of the GEMV input (gemv.cuh)
     size_t qx_bytes = 0;
-    void* qx_next = nullptr;  // QX that a GEMV writes of its own output while it reads `qx` (SwiGLU)
-    size_t qx_next_bytes = 0;
     void* partial = nullptr;  // split-K partial tiles of the quantised GEMM (gemm_tiles.cuh)
     size_t partial_bytes = 0;
     GemmTuner* tuner = nullptr;  // the F16 GEMMs through cuBLASLt (gemm_tuned.cuh); null: cublasGemmEx
@@ -76,10 +74,8 @@ void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, 
 void launch_matmul_stacked(const TensorView& w1, const TensorView& w2, const TensorView& x, const TensorView& out,
                            MatmulScratch& scratch, cudaStream_t stream, int32_t n_sms);
 
-// The scratch QX buffer for n_rows x n_in (grown on demand; growth synchronises the device), and
-// the second one (qx_next).
+// The scratch QX buffer for n_rows x n_in (grown on demand; growth synchronises the device).
 QxView ensure_qx(MatmulScratch& scratch, int64_t n_in, int64_t n_rows);
-QxView ensure_qx_next(MatmulScratch& scratch, int64_t n_in, int64_t n_rows);
 
 // Dequantises a whole weight matrix (any supported type) to F16 or F32 rows (out: same ne).
 void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t stream);
