@@ -10,7 +10,10 @@
 #   ncu    the row-score kernels of one batch-1 step with 5 top logprobs
 #   draw   B4(b) at T 0.6 and with top_p 0.9, batch 1 at T 0.6, base and new alternating; B4(b)
 #          greedy (base); ncu of the draw's race kernel in a 256-row step, base and new
+#   decode (thirty-second session) batch-1 `bench decode` after 512 tokens, 0.5B and 7B q4_0, the new
+#          binary with its defaults and with each switch of AB_VARS set to 0, in turn, two rounds
 # Usage (repo root, .devdeps and .carry carried): OUT=dir STAGES="test b4b lp" bash bench/picks_device_run.sh
+# Without .carry/mvllm-base.xz the stages that compare with the base binary run the new one only.
 set -u -o pipefail
 OUT=${OUT:-$(mktemp -d)}
 STAGES=${STAGES:-test b4b lp}
@@ -19,8 +22,9 @@ R=$OUT/r; mkdir -p $R
 trap 'tar czf "$OUT/r.tgz" -C "$OUT" r 2>/dev/null; rm -rf "$R"' EXIT  # one file back, not one per run
 CUDA_ARCH=90 OUT=$R/build STAGES=build bash bench/h200_run.sh 2>&1 | tail -2
 source scripts/device_deps.sh unpack > /dev/null 2>&1
-mkdir -p bin && xz -dc .carry/mvllm-base.xz > bin/mvllm-base && chmod +x bin/mvllm-base
-cp build-gpu/bin/mvllm bin/mvllm-new
+mkdir -p bin && cp build-gpu/bin/mvllm bin/mvllm-new
+if [ -f .carry/mvllm-base.xz ]; then xz -dc .carry/mvllm-base.xz > bin/mvllm-base && chmod +x bin/mvllm-base
+else ln -sf mvllm-new bin/mvllm-base; fi
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 if has test; then
   timeout 240 build-gpu/bin/test_cuda > $R/test_cuda.log 2>&1; echo "test_cuda rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/test_cuda.log | tr '\n' ' ')"
@@ -74,4 +78,18 @@ if has draw; then
     for v in base new; do one mvllm-$v ${v}_b1_t06_$round; done
   done
   T=0 b4b mvllm-base base_greedy
+fi
+if has decode; then
+  M7=/tmp/mvllm-models/qwen2.5-7b-q4_0.gguf
+  [ -f $M7 ] || timeout 200 bin/mvllm-new make-model $M7 --preset qwen2.5-7b --type q4_0 > /dev/null 2>&1
+  for round in 1 2; do
+    for off in none ${AB_VARS:-MVLLM_SWIGLU_QX}; do
+      for m in $M $M7; do
+        tag=dec_$(basename $m .gguf)_${off}_$round
+        env ${off/#none/MVLLM_NONE}=0 timeout 90 bin/mvllm-new bench decode -m $m --device cuda --kv-dtype f16 \
+          --prompt-len 512 -n 127 --repeat 3 --json-out $R/$tag.json > $R/$tag.log 2>&1
+        echo "$tag: $(tail -n1 $R/$tag.log)"
+      done
+    done
+  done
 fi
