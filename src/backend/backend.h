@@ -127,6 +127,16 @@ public:
         matmul(wqkv, x, TensorView{}, qkv);
         rope_kv_store(qkv, bias, n_heads, n_kv_heads, rope, q, cache, layer);
     }
+    // matmul_rope_kv_store, then attention(cache, layer, q, out, n_heads, scale): one call, so that a
+    // backend may fold the RoPE and the K/V store into its attention (and then need not write q).
+    // Only when fuses_qkv().
+    virtual void matmul_rope_attention(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
+                                       const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads,
+                                       const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer,
+                                       const TensorView& out, float scale) {
+        matmul_rope_kv_store(wqkv, x, bias, qkv, n_heads, n_kv_heads, rope, q, cache, layer);
+        attention(cache, layer, q, out, n_heads, scale);
+    }
 
     // ---- Recorded steps. A forward pass may be recorded once and replayed (a CUDA graph):
     // `program` identifies the caller's op sequence and weights (never reused for another one).

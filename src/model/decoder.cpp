@@ -287,7 +287,8 @@ TensorView Decoder::run(const Batch& batch, KvCache& cache) {
             const LayerWeights& w = weights_.layers[l];
             be.rms_norm(x, w.attn_norm, c.rms_norm_eps, xn);
             if (fused_qkv) {
-                be.matmul_rope_kv_store(wqkv_[l], xn, bqkv_[l], qkv, c.n_heads, c.n_kv_heads, rope, q, cache, l);
+                be.matmul_rope_attention(wqkv_[l], xn, bqkv_[l], qkv, c.n_heads, c.n_kv_heads, rope, q, cache, l, attn,
+                                         scale);
             } else {
                 be.matmul(w.wq, xn, w.bq, q);
                 be.matmul(w.wk, xn, w.bk, k);
@@ -295,8 +296,8 @@ TensorView Decoder::run(const Batch& batch, KvCache& cache) {
                 be.rope(q, c.n_heads, rope);
                 be.rope(k, c.n_kv_heads, rope);
                 be.kv_store(cache, l, k, v);
+                be.attention(cache, l, q, attn, c.n_heads, scale);
             }
-            be.attention(cache, l, q, attn, c.n_heads, scale);
             be.matmul_add(w.wo, attn, x, proj);
 
             be.rms_norm(x, w.ffn_norm, c.rms_norm_eps, xn);

@@ -332,5 +332,121 @@ TEST(CudaAttention, SplitPlanTakesWholeClusters) {
     EXPECT_EQ(cuda::mma_split(1, 4, 640, 128, 128, 8).n_splits, 5);
 }
 
+// RoPE and the new token's K/V store folded into the decode kernel (matmul_rope_attention at one
+// new token per sequence, the QKV GEMV without its RoPE epilogue) against the GEMV, the RoPE + K/V
+// store kernel and the attention (the base class's ops): the same output bits and the same cache
+// bytes. The 0.5B and 7B head geometries, F16 and BF16 caches, with and without the QKV bias,
+// tensor-copy and cp.async tiles, batch 1 and 5, the new token first, inside or last in its tile
+// and alone in its split. The new tokens' cache slots start as NaN: each path must write them, and
+// a stale row patched in the wrong place would show. The folded path leaves q as it was (it reads
+// the raw QKV rows instead), which tells that the fold was taken.
+TEST(CudaAttention, RopeFoldedIntoDecodeEqualsRopeKvStoreThenAttention) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda(CudaAttentionVariant::Fused, CudaBackendOptions::QkvRopeEpilogue::Off);
+    ASSERT_TRUE(be);
+    struct Case {
+        Geometry g;
+        int64_t n_in;
+    };
+    const std::vector<std::vector<int32_t>> batches = {{513}, {1, 16, 17, 4096, 300}, {12000}};
+    uint64_t seed = 4100;
+    for (const Case& c : {Case{{14, 2, 64}, 256}, Case{{28, 4, 128}, 512}}) {
+        const Geometry& g = c.g;
+        const int32_t block = 16;
+        const int64_t q_dim = static_cast<int64_t>(g.n_heads) * g.head_dim, kv_dim = static_cast<int64_t>(g.n_kv_heads) * g.head_dim;
+        const int64_t n_out = q_dim + 2 * kv_dim;
+        std::vector<float> inv_freq(g.head_dim / 2);
+        for (int i = 0; i < g.head_dim / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / g.head_dim);
+        const RopeParams rope{inv_freq.data(), g.head_dim};
+        std::vector<uint8_t> wb = encode_rows(DType::Q8_0, random_floats(c.n_in * n_out, seed++, 0.5f), c.n_in);
+        auto w = be->upload_weight(host_view(DType::Q8_0, c.n_in, n_out, wb.data()));
+        std::vector<float> bias_v = random_floats(static_cast<size_t>(n_out), seed++, 0.2f);
+        auto bias = be->upload_weight(host_view(DType::F32, n_out, 1, bias_v.data()));
+        ASSERT_TRUE(w.is_ok() && bias.is_ok());
+        for (DType kv_dtype : {DType::F16, DType::BF16}) {
+            for (const std::vector<int32_t>& contexts : batches) {
+                KvCacheConfig kc;
+                kc.n_layers = 1;
+                kc.n_kv_heads = g.n_kv_heads;
+                kc.head_dim = g.head_dim;
+                kc.block_size = block;
+                kc.n_blocks = 3;
+                for (int32_t ctx : contexts) kc.n_blocks += (ctx + block - 1) / block;
+                kc.dtype = kv_dtype;
+                auto cache = be->create_kv_cache(kc);
+                ASSERT_TRUE(cache.is_ok()) << cache.status().message();
+                // Scattered tables; the earlier tokens' K/V random, the new tokens' slots NaN.
+                std::vector<int32_t> pool(kc.n_blocks);
+                std::iota(pool.begin(), pool.end(), 0);
+                std::mt19937 rng(static_cast<uint32_t>(seed++));
+                std::shuffle(pool.begin(), pool.end(), rng);
+                Batch fill, step;
+                fill.block_size = step.block_size = block;
+                size_t next = 0;
+                for (int32_t ctx : contexts) {
+                    std::vector<int32_t> table;
+                    for (int32_t i = 0; i * block < ctx; ++i) table.push_back(pool[next++]);
+                    fill.add_sequence(std::vector<int32_t>(ctx, 0), 0, table, false);
+                    step.add_sequence({0}, ctx - 1, table, true);
+                }
+                be->begin(fill);
+                TensorView fk = be->alloc(DType::F32, kv_dim, fill.n_tokens()), fv = be->alloc(DType::F32, kv_dim, fill.n_tokens());
+                be->upload(random_floats(kv_dim * fill.n_tokens(), seed++).data(), fk);
+                be->upload(random_floats(kv_dim * fill.n_tokens(), seed++).data(), fv);
+                be->kv_store(**cache, 0, fk, fv);
+                const int32_t n_rows = step.n_tokens();
+                const std::vector<float> xv = random_floats(static_cast<size_t>(c.n_in * n_rows), seed++);
+                const std::vector<float> poison_q(static_cast<size_t>(q_dim * n_rows), 7.0f);
+                const std::vector<float> poison_kv(static_cast<size_t>(kv_dim * n_rows), std::nanf(""));
+                const size_t half = (**cache).layer(0).offset(kc.n_blocks, 0, 0);
+                for (int tma : {1, 0}) {
+                    cuda::force_attention_tma(tma);
+                    for (bool with_bias : {false, true}) {
+                        SCOPED_TRACE("heads " + std::to_string(g.n_heads) + "/" + std::to_string(g.n_kv_heads) + "x" +
+                                     std::to_string(g.head_dim) + " " + type_name(kv_dtype) + " rows " +
+                                     std::to_string(n_rows) + " tma " + std::to_string(tma) + " bias " +
+                                     std::to_string(with_bias));
+                        std::vector<uint8_t> out_b[2], k_b[2], v_b[2];
+                        std::vector<float> q_after[2];
+                        for (int folded : {0, 1}) {
+                            be->begin(step);
+                            TensorView pk = be->alloc(DType::F32, kv_dim, n_rows), pv = be->alloc(DType::F32, kv_dim, n_rows);
+                            be->upload(poison_kv.data(), pk);
+                            be->upload(poison_kv.data(), pv);
+                            be->kv_store(**cache, 0, pk, pv);
+                            TensorView x = be->alloc(DType::F32, c.n_in, n_rows);
+                            be->upload(xv.data(), x);
+                            TensorView qkv = be->alloc(DType::F32, n_out, n_rows), q = be->alloc(DType::F32, q_dim, n_rows);
+                            TensorView out = be->alloc(DType::F16, q_dim, n_rows);
+                            be->upload(poison_q.data(), q);
+                            const TensorView b = with_bias ? *bias : TensorView{};
+                            const float scale = 1.0f / std::sqrt(static_cast<float>(g.head_dim));
+                            if (folded)
+                                be->matmul_rope_attention(*w, x, b, qkv, g.n_heads, g.n_kv_heads, rope, q, **cache, 0, out, scale);
+                            else
+                                be->Backend::matmul_rope_attention(*w, x, b, qkv, g.n_heads, g.n_kv_heads, rope, q, **cache,
+                                                                   0, out, scale);
+                            out_b[folded].resize(out.n_bytes());
+                            be->download(out, out_b[folded].data());
+                            q_after[folded].resize(poison_q.size());
+                            be->to_host(q, q_after[folded].data());
+                            k_b[folded].resize(half);
+                            v_b[folded].resize(half);
+                            be->download_kv_layer(**cache, 0, k_b[folded].data(), v_b[folded].data());
+                        }
+                        EXPECT_EQ(out_b[1], out_b[0]) << "attention output bytes";
+                        EXPECT_TRUE(k_b[1] == k_b[0] && v_b[1] == v_b[0]) << "cache bytes";
+                        EXPECT_EQ(q_after[1], poison_q) << "the folded path wrote q: the fold was not taken";
+                        EXPECT_NE(q_after[0], poison_q);
+                        const std::vector<float> o = decode_rows(DType::F16, out_b[1].data(), q_dim, n_rows);
+                        EXPECT_TRUE(std::all_of(o.begin(), o.end(), [](float f) { return std::isfinite(f); }));
+                    }
+                }
+                cuda::force_attention_tma(-1);
+            }
+        }
+    }
+}
+
 }  // namespace
 }  // namespace mvllm::test

@@ -510,7 +510,7 @@ template <int HD, typename KT, int W, bool Tma>
 void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                    int32_t n_heads, float scale_log2, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
                    bool batch_invariant, const int32_t* rows, int32_t decode_rows, const QxView& qx,
-                   const KvTensorMaps& maps) {
+                   const KvTensorMaps& maps, const RawQkv& raw) {
     constexpr size_t kShared = mma_decode::shared_bytes<HD, KT, W, Tma>();
     static const int ctas_per_sm = decode_ctas_per_sm<HD, KT, W, Tma>();
     const int32_t group = n_heads / kv.n_kv_heads;
@@ -548,7 +548,7 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
                          batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
                          static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits,
                          out.data, out.type, part_o, part_ml, counters, rows,
-                         decode_flags(batch_invariant), cluster, qx, maps);
+                         decode_flags(batch_invariant), cluster, qx, maps, raw);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
@@ -556,18 +556,19 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
 template <int HD, typename KT, int W>
 void decode_dispatch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                      int32_t n_heads, float scale_log2, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
-                     bool batch_invariant, const int32_t* rows, int32_t decode_rows, const QxView& qx) {
+                     bool batch_invariant, const int32_t* rows, int32_t decode_rows, const QxView& qx,
+                     const RawQkv& raw) {
     KvTensorMaps maps;
     if constexpr (tma_head_dim(HD)) {
         if (kv_tensor_maps(kv, &maps)) {
             decode_launch<HD, KT, W, true>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream,
-                                           batch_invariant, rows, decode_rows, qx, maps);
+                                           batch_invariant, rows, decode_rows, qx, maps, raw);
             return;
         }
     }
     std::memset(&maps, 0, sizeof(maps));
     decode_launch<HD, KT, W, false>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant,
-                                    rows, decode_rows, qx, maps);
+                                    rows, decode_rows, qx, maps, raw);
 }
 
 // Warps per CTA of the decode kernel: 4 (two CTAs per SM at head_dim 128) when the batch's
@@ -591,13 +592,13 @@ int decode_warps(int64_t n_pairs, int32_t max_context, int32_t n_sms) {
 template <int HD, typename KT>
 bool fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                       int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
-                      bool batch_invariant, const QxView* qx) {
+                      bool batch_invariant, const QxView* qx, const RawQkv* raw) {
     const int32_t group = n_heads / kv.n_kv_heads;
     const float scale_log2 = scale * kLog2e;
     const int32_t* rows = nullptr;         // the decode kernel's rows: all (nullptr), or the short sequences'
     int32_t decode_rows = batch.n_tokens;  // how many
     constexpr int32_t kMaxGridZ = 65535;  // the prefill grid's z walks the multi-row sequences
-    if (use_tiled_prefill(batch.max_seq_tokens, group, batch_invariant) && batch.n_multi_row_seqs <= kMaxGridZ) {
+    if (!raw && use_tiled_prefill(batch.max_seq_tokens, group, batch_invariant) && batch.n_multi_row_seqs <= kMaxGridZ) {
         constexpr size_t kPrefillShared = mma_prefill::shared_bytes<HD, KT>();
         static const bool configured = [] {
             MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_prefill::prefill_kernel<HD, KT>,
@@ -625,20 +626,21 @@ bool fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
     // Batch-invariant mode keeps one fixed kernel shape (its split positions are fixed anyway).
     if (!batch_invariant && decode_warps(static_cast<int64_t>(decode_rows) * kv.n_kv_heads, batch.max_context, n_sms) == 4)
         decode_dispatch<HD, KT, 4>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant, rows,
-                                   decode_rows, q_out);
+                                   decode_rows, q_out, raw ? *raw : RawQkv{});
     else
         decode_dispatch<HD, KT, 8>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant, rows,
-                                   decode_rows, q_out);
+                                   decode_rows, q_out, raw ? *raw : RawQkv{});
     return with_qx;
 }
 
 template <int HD, typename KT>
 bool fused_dispatch_group(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q,
                           const TensorView& out, int32_t n_heads, float scale, AttentionScratch& scratch,
-                          int32_t n_sms, cudaStream_t stream, bool bi, const QxView* qx) {
+                          int32_t n_sms, cudaStream_t stream, bool bi, const QxView* qx,
+                          const RawQkv* raw) {
     const int32_t group = n_heads / kv.n_kv_heads;
     if constexpr (!std::is_same_v<KT, float>) {
-        return fused_mma_launch<HD, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx);
+        return fused_mma_launch<HD, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx, raw);
     } else {
         if (group <= 4) fused_launch<HD, KT, 4>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi);
         else fused_launch<HD, KT, 8>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi);
@@ -649,12 +651,12 @@ bool fused_dispatch_group(const DeviceBatch& batch, const DeviceKvLayer& kv, con
 template <typename KT>
 bool fused_dispatch_dim(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                         int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
-                        bool bi, const QxView* qx) {
+                        bool bi, const QxView* qx, const RawQkv* raw) {
     switch (kv.head_dim) {
-        case 16: return fused_dispatch_group<16, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx);
-        case 32: return fused_dispatch_group<32, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx);
-        case 64: return fused_dispatch_group<64, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx);
-        case 128: return fused_dispatch_group<128, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx);
+        case 16: return fused_dispatch_group<16, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx, raw);
+        case 32: return fused_dispatch_group<32, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx, raw);
+        case 64: return fused_dispatch_group<64, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx, raw);
+        case 128: return fused_dispatch_group<128, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx, raw);
         default: MVLLM_CHECK(false) << "fused attention: head_dim " << kv.head_dim;
     }
     return false;
@@ -664,9 +666,9 @@ template <typename KT>
 bool attention_typed(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
                      int64_t total_context, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                      int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
-                     bool bi, const QxView* qx) {
+                     bool bi, const QxView* qx, const RawQkv* raw) {
     if (variant == CudaAttention::Fused)
-        return fused_dispatch_dim<KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx);
+        return fused_dispatch_dim<KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx, raw);
     three_kernels<KT>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, stream);
     return false;
 }
@@ -744,10 +746,20 @@ bool use_tiled_prefill(int32_t max_seq_tokens, int32_t group, bool batch_invaria
     return enabled && !batch_invariant && max_seq_tokens >= mma_prefill::min_query_tokens(group);
 }
 
+bool attention_folds_rope(CudaAttention variant, const DeviceBatch& batch, const DeviceKvLayer& kv) {
+    static const bool enabled = env_on("MVLLM_ATTN_ROPE");
+    const DType t = static_cast<DType>(kv.dtype);
+    // One new token per sequence, the last of its context: every row is the decode kernel's.
+    return enabled && variant == CudaAttention::Fused && (t == DType::F16 || t == DType::BF16) &&
+           cuda_attention_supported(kv.head_dim, t) && batch.n_tokens > 0 && batch.max_seq_tokens == 1;
+}
+
 bool launch_attention(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
                       int64_t total_context, const DeviceKvLayer& kv, const TensorView& q,
                       const TensorView& out, int32_t n_heads, float scale, AttentionScratch& scratch,
-                      int32_t n_sms, cudaStream_t stream, bool batch_invariant, const QxView* qx) {
+                      int32_t n_sms, cudaStream_t stream, bool batch_invariant, const QxView* qx,
+                      const RawQkv* raw) {
+    MVLLM_CHECK(!raw || attention_folds_rope(variant, batch, kv)) << "attention: RoPE cannot be folded into this batch";
     MVLLM_CHECK(q.type == DType::F32) << "attention q must be f32, got " << type_name(q.type);
     MVLLM_CHECK(q.ne[0] == static_cast<int64_t>(n_heads) * kv.head_dim && out.ne[0] == q.ne[0]) << "attention width";
     MVLLM_CHECK(n_heads % kv.n_kv_heads == 0) << "n_heads " << n_heads << " vs n_kv_heads " << kv.n_kv_heads;
@@ -759,9 +771,9 @@ bool launch_attention(CudaAttention variant, const DeviceBatch& batch, const int
     if (batch.n_tokens == 0) return false;
     if (qx) MVLLM_CHECK(qx->n_in == out.ne[0] && qx->n_rows == batch.n_tokens) << "attention qx shape";
     switch (static_cast<DType>(kv.dtype)) {
-        case DType::F32: return attention_typed<float>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant, qx);
-        case DType::F16: return attention_typed<__half>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant, qx);
-        case DType::BF16: return attention_typed<__nv_bfloat16>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant, qx);
+        case DType::F32: return attention_typed<float>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant, qx, raw);
+        case DType::F16: return attention_typed<__half>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant, qx, raw);
+        case DType::BF16: return attention_typed<__nv_bfloat16>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant, qx, raw);
         default: MVLLM_CHECK(false) << "attention: KV dtype " << type_name(static_cast<DType>(kv.dtype));
     }
     return false;

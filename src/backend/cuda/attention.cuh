@@ -88,6 +88,15 @@ DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_conte
 // MVLLM_CUDA_TILED_PREFILL is not 0 (for A/B measurements).
 bool use_tiled_prefill(int32_t max_seq_tokens, int32_t group, bool batch_invariant);
 
+// The step's fused QKV rows before RoPE (rope_kv_store's input, in rope.cuh's pairs), for the
+// decode kernel that applies RoPE to q and to the new tokens' K, and stores their K/V in the cache,
+// itself (launch_attention's `raw`): one kernel of the decode step fewer.
+struct RawQkv {
+    const float* qkv = nullptr;       // [n_tokens][(n_heads + 2 n_kv_heads) * head_dim] f32
+    const float* bias = nullptr;      // [(n_heads + 2 n_kv_heads) * head_dim] f32, or null
+    const float* inv_freq = nullptr;  // [head_dim / 2], device
+};
+
 // seq_ctx_offset: [n_seqs] prefix sums of context_len (naive's dense offsets). With `qx`
 // ([n_tokens][n_heads * head_dim]), the fused F16/BF16 decode kernel also writes the output in the
 // GEMV's QX activation format (gemv.cuh), as launch_quantize_qx would from `out`, when it takes every
@@ -96,7 +105,13 @@ bool launch_attention(CudaAttention variant, const DeviceBatch& batch, const int
                       int64_t total_context, const DeviceKvLayer& kv, const TensorView& q,
                       const TensorView& out, int32_t n_heads, float scale, AttentionScratch& scratch,
                       int32_t n_sms, cudaStream_t stream, bool batch_invariant = false,
-                      const QxView* qx = nullptr);
+                      const QxView* qx = nullptr, const RawQkv* raw = nullptr);
+
+// Whether the attention of this batch can take `raw` (RoPE and the K/V store folded into the
+// decode kernel): the fused variant over an F16/BF16 cache, one new token per
+// sequence, and MVLLM_ATTN_ROPE not 0 (for A/B measurements). With raw, launch_attention's q is
+// neither read nor written, and the cache slots of the batch's tokens are written by it.
+bool attention_folds_rope(CudaAttention variant, const DeviceBatch& batch, const DeviceKvLayer& kv);
 
 // Tests: whether the F16/BF16 decode kernel takes its K/V tiles by tensor copies (TMA) where the
 // cache allows: 1 yes, 0 no (cp.async), -1 the default again (yes on sm_90, unless MVLLM_ATTN_TMA=0).

@@ -17,10 +17,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_merge.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kv_tensor_maps.h"
 #include "backend/cuda/mma_ptx.cuh"
+#include "backend/cuda/rope.cuh"
 
 namespace mvllm::cuda::mma_decode {
 
@@ -217,6 +219,89 @@ struct Timeline {
 };
 #endif
 
+// ---- RoPE and the new token's K/V folded in (QkvRaw) ---------------------------------------------------
+
+// Dims d and d + 1 (d even) of query head h of a token, RoPE'd from the raw fused QKV row (rope.cuh's
+// pairs: row 2i holds dim i, row 2i + 1 dim i + half), bias added first: rope_kv_store_kernel's
+// arithmetic, so the same bits as the q it would have written. rot: (cos, sin) per pair.
+template <int HD>
+__device__ __forceinline__ float2 raw_q_pair(const float* head_row, const float* head_bias, const float2* rot, int d) {
+    constexpr int kHalf = HD / 2;
+    const int i = d % kHalf;  // even: the float4 at row 2i holds pairs i and i + 1
+    float4 x = *reinterpret_cast<const float4*>(head_row + 2 * i);
+    if (head_bias) {
+        const float4 b = *reinterpret_cast<const float4*>(head_bias + 2 * i);
+        x.x = x.x + b.x, x.y = x.y + b.y, x.z = x.z + b.z, x.w = x.w + b.w;
+    }
+    const float2 r0 = rope_rotate(x.x, x.y, rot[i]), r1 = rope_rotate(x.z, x.w, rot[i + 1]);
+    return d < kHalf ? make_float2(r0.x, r1.x) : make_float2(r0.y, r1.y);
+}
+
+// The new token's K (RoPE'd) and V of one KV head (stored rounded to KT, as the cache holds them),
+// spread over a warp: lane l holds K dims (i, i + half) for pairs i = l + 32 j, and V dims l + 32 j.
+template <int HD, typename KT>
+struct NewKv {
+    static constexpr int kHalf = HD / 2;
+    static constexpr int kPairs = (kHalf + 31) / 32, kValues = (HD + 31) / 32;
+    float k[kPairs][2], v[kValues];
+
+    // raw_k / raw_v: the head's K and V rows of the fused QKV row; bias_k / bias_v the same of the
+    // bias (null: none).
+    __device__ __forceinline__ void load(const float* raw_k, const float* raw_v, const float* bias_k,
+                                         const float* bias_v, const float2* rot, int lane) {
+#pragma unroll
+        for (int j = 0; j < kPairs; ++j) {
+            const int i = lane + 32 * j;
+            if (i >= kHalf) break;
+            float x0 = raw_k[2 * i], x1 = raw_k[2 * i + 1];
+            if (bias_k) x0 = x0 + bias_k[2 * i], x1 = x1 + bias_k[2 * i + 1];
+            const float2 r = rope_rotate(x0, x1, rot[i]);
+            k[j][0] = r.x;
+            k[j][1] = r.y;
+        }
+#pragma unroll
+        for (int j = 0; j < kValues; ++j) {
+            const int d = lane + 32 * j;
+            if (d >= HD) break;
+            v[j] = bias_v ? raw_v[d] + bias_v[d] : raw_v[d];
+        }
+    }
+    // Writes them into row `row` of a K and a V tile (the stale cache row a copy brought in).
+    template <bool Tma>
+    __device__ __forceinline__ void patch(KT* sk, KT* sv, int row, int lane) const {
+        auto at = [&](int d) { return tile_offset<HD, Tma>(row, d / 8) + d % 8; };
+#pragma unroll
+        for (int j = 0; j < kPairs; ++j) {
+            const int i = lane + 32 * j;
+            if (i >= kHalf) break;
+            store_f(sk, at(i), k[j][0]);
+            store_f(sk, at(i + kHalf), k[j][1]);
+        }
+#pragma unroll
+        for (int j = 0; j < kValues; ++j) {
+            const int d = lane + 32 * j;
+            if (d >= HD) break;
+            store_f(sv, at(d), v[j]);
+        }
+    }
+    // Writes them into the cache row (head_dim values) of K and V.
+    __device__ __forceinline__ void store(KT* kc_row, KT* vc_row, int lane) const {
+#pragma unroll
+        for (int j = 0; j < kPairs; ++j) {
+            const int i = lane + 32 * j;
+            if (i >= kHalf) break;
+            store_f(kc_row, i, k[j][0]);
+            store_f(kc_row, i + kHalf, k[j][1]);
+        }
+#pragma unroll
+        for (int j = 0; j < kValues; ++j) {
+            const int d = lane + 32 * j;
+            if (d >= HD) break;
+            store_f(vc_row, d, v[j]);
+        }
+    }
+};
+
 // ---- the kernel -----------------------------------------------------------------------------------
 
 // Reads: q [n_tokens][n_heads][HD] f32 (RoPE applied), the paged K/V of the row's sequence in
@@ -251,7 +336,8 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     decode_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv,
                   const float* q, int32_t n_heads, float scale_log2, int32_t split_tokens,
                   int32_t n_splits, void* out, DType out_type, float* part_o, float* part_ml, int32_t* counters,
-                  const int32_t* rows, int flags, int cluster, QxView qx, const __grid_constant__ KvTensorMaps maps) {
+                  const int32_t* rows, int flags, int cluster, QxView qx, const __grid_constant__ KvTensorMaps maps,
+                  RawQkv raw) {
     pdl_trigger();
     Timeline tl;
     tl.mark(0);
@@ -312,10 +398,20 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     // is no kernel's output: the warp's first tiles that lie wholly before the step's first new
     // token start their copies while the previous kernel (which writes q and the new tokens' K/V)
     // drains; the rest follow the wait. (MVLLM_EARLY_LOADS=0: L2 prefetches only.)
+    // raw: q and the new token's K/V come RoPE'd from the raw QKV row; the rotations depend on the
+    // position only, so they are made now, while the previous kernel drains.
+    const bool fold = raw.qkv != nullptr;
+    __shared__ float2 rot[HD / 2];
+    if (fold) {
+        for (int i = threadIdx.x; i < HD / 2; i += W * 32) rot[i] = rope_cos_sin(ctx - 1, raw.inv_freq[i]);
+        __syncthreads();
+    }
     tl.mark(1);
     int32_t n_pre = 0;
     if (flags & kEarlyTiles) {
-        const int32_t first_new = batch.seq_context_len[seq] - batch.seq_n_tokens[seq];
+        // raw: the new token's row is patched in shared memory after its tile lands (the cache row
+        // is stale until this kernel writes it), so every tile may start before the wait.
+        const int32_t first_new = fold ? ctx : batch.seq_context_len[seq] - batch.seq_n_tokens[seq];
         for (; n_pre < kStages - 1 && n_pre < n_my && tile_start(n_pre) + kTile <= first_new; ++n_pre) {
             issue(n_pre);
             cp_async_commit();
@@ -335,17 +431,40 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         cp_async_commit();
     }
 
+    // raw: the warp whose tile holds the new token (the last of the context) takes its K/V from the
+    // raw row and patches it into that tile; the CTA of the KV head's first head tile also stores it
+    // in the cache for later steps.
+    const int32_t last = ctx - 1, new_tile = (last - t_begin) / kTile;
+    const bool new_here = fold && t_begin <= last && t_end == ctx && new_tile % W == warp;
+    NewKv<HD, KT> new_kv;
+    const int64_t raw_width = static_cast<int64_t>(n_heads + 2 * n_kv) * HD;
+    if (new_here) {
+        const int64_t k_off = static_cast<int64_t>(n_heads + kv_head) * HD, v_off = k_off + static_cast<int64_t>(n_kv) * HD;
+        const float* raw_row = raw.qkv + row * raw_width;
+        new_kv.load(raw_row + k_off, raw_row + v_off, raw.bias ? raw.bias + k_off : nullptr,
+                    raw.bias ? raw.bias + v_off : nullptr, rot, lane);
+        if (blockIdx.y % n_tiles == 0) {
+            const int64_t cache_row = paged.row(last) * HD;
+            new_kv.store(const_cast<KT*>(kc) + cache_row, const_cast<KT*>(vc) + cache_row, lane);
+        }
+    }
+
     // Q as A fragments (rows = query heads, scaled to base 2); heads past n_g are zero.
     uint32_t qa[kK][4], qa_lo[Pack<KT>::kSplit ? kK : 1][4];
     {
-        const float* q0 = q + (static_cast<int64_t>(row) * n_heads + head0) * HD;
+        const float* q0 = fold ? raw.qkv + row * raw_width + static_cast<int64_t>(head0) * HD
+                               : q + (static_cast<int64_t>(row) * n_heads + head0) * HD;
+        const float* b0 = fold && raw.bias ? raw.bias + static_cast<int64_t>(head0) * HD : nullptr;
 #pragma unroll
         for (int kk = 0; kk < kK; ++kk) {
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const int h = g + (r & 1) * 8;
                 const int d = kk * 16 + t4 * 2 + (r >> 1) * 8;
-                const float2 xy = h < n_g ? *reinterpret_cast<const float2*>(q0 + h * HD + d) : make_float2(0.0f, 0.0f);
+                float2 xy = make_float2(0.0f, 0.0f);
+                if (h < n_g)
+                    xy = fold ? raw_q_pair<HD>(q0 + h * HD, b0 ? b0 + h * HD : nullptr, rot, d)
+                              : *reinterpret_cast<const float2*>(q0 + h * HD + d);
                 const float x0 = xy.x * scale_log2, x1 = xy.y * scale_log2;
                 float rest[2];
                 qa[kk][r] = Pack<KT>::hi(x0, x1, rest);
@@ -369,9 +488,13 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
             if (next < n_my) issue(next);
             cp_async_commit();
         }
-        const KT* sk = stage_k(i);
+        KT* sk = stage_k(i);
         KT* sv = stage_k(i) + kTile * HD;
         const int32_t t0 = tile_start(i);
+        if (new_here && i == new_tile / W) {
+            new_kv.template patch<Tma>(sk, sv, last - t0, lane);
+            __syncwarp();
+        }
         if constexpr (Tma) {
             if (t0 + kTile > t_end) {
                 zero_v_rows<HD>(sv, t_end - t0, lane);

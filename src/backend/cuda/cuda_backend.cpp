@@ -488,12 +488,7 @@ void CudaBackend::matmul_rope_kv_store(const TensorView& wqkv, const TensorView&
                                        const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) {
     Impl& im = *impl_;
     cuda::QxView storage;
-    using Mode = CudaBackendOptions::QkvRopeEpilogue;
-    const Mode mode = im.options.qkv_rope_epilogue;
-    const bool fuse = cuda::qkv_rope_gemv_supported(wqkv.type, x.ne[1]) &&
-                      (mode == Mode::On ||
-                       (mode == Mode::Auto && cuda::qkv_rope_gemv_ctas(wqkv, x.ne[1]) >= im.n_sms));
-    const cuda::QxView* qx = fuse ? im.qx_for(wqkv, x, &storage) : nullptr;
+    const cuda::QxView* qx = im.gemv_takes_rope(wqkv, x) ? im.qx_for(wqkv, x, &storage) : nullptr;
     if (!qx) {
         Backend::matmul_rope_kv_store(wqkv, x, bias, qkv, n_heads, n_kv_heads, rope, q, cache, layer);
         return;
@@ -507,11 +502,19 @@ void CudaBackend::matmul_rope_kv_store(const TensorView& wqkv, const TensorView&
 
 void CudaBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, const TensorView& out,
                             int32_t n_heads, float scale) {
-    Impl& im = *impl_;
-    const cuda::CudaAttention variant = im.options.attention == CudaAttentionVariant::Naive ? cuda::CudaAttention::Naive
-                                        : im.options.attention == CudaAttentionVariant::Grouped
-                                            ? cuda::CudaAttention::Grouped
-                                            : cuda::CudaAttention::Fused;
+    impl_->attention(device_layer(cache, layer), q, out, n_heads, scale, nullptr);
+}
+
+cuda::CudaAttention CudaBackend::Impl::attention_variant() const {
+    return options.attention == CudaAttentionVariant::Naive     ? cuda::CudaAttention::Naive
+           : options.attention == CudaAttentionVariant::Grouped ? cuda::CudaAttention::Grouped
+                                                                : cuda::CudaAttention::Fused;
+}
+
+void CudaBackend::Impl::attention(const cuda::DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
+                                  int32_t n_heads, float scale, const cuda::RawQkv* raw) {
+    Impl& im = *this;
+    const cuda::CudaAttention variant = attention_variant();
     im.wrote(out);
     // Small batches: the decode kernel also writes the QX that the output projection's GEMV reads
     // (as rms_norm does for its consumers), which saves the quantisation kernel. MVLLM_ATTN_QX=0
@@ -522,13 +525,45 @@ void CudaBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, 
     const bool want_qx = qx_enabled && variant == cuda::CudaAttention::Fused && n_rows > 0 &&
                          n_rows <= cuda::kGemvMaxTokens && width % 32 == 0;
     if (want_qx) qx = cuda::ensure_qx(im.matmul_scratch, width, n_rows);
-    if (cuda::launch_attention(variant, im.batch, im.seq_ctx_offset, im.total_context, device_layer(cache, layer), q,
-                               out, n_heads, scale, im.attention_scratch, im.n_sms, im.stream,
-                               im.options.batch_invariant, want_qx ? &qx : nullptr)) {
+    if (cuda::launch_attention(variant, im.batch, im.seq_ctx_offset, im.total_context, kv, q, out, n_heads, scale,
+                               im.attention_scratch, im.n_sms, im.stream, im.options.batch_invariant,
+                               want_qx ? &qx : nullptr, raw)) {
         im.qx_source = out.data;
         im.qx_n_in = width;
         im.qx_rows = n_rows;
     }
+}
+
+bool CudaBackend::Impl::gemv_takes_rope(const TensorView& wqkv, const TensorView& x) const {
+    using Mode = CudaBackendOptions::QkvRopeEpilogue;
+    const Mode mode = options.qkv_rope_epilogue;
+    return cuda::qkv_rope_gemv_supported(wqkv.type, x.ne[1]) &&
+           (mode == Mode::On || (mode == Mode::Auto && cuda::qkv_rope_gemv_ctas(wqkv, x.ne[1]) >= n_sms));
+}
+
+// Where the QKV GEMV's epilogue does not take RoPE (a launch of fewer CTAs than SMs, e.g. the
+// 0.5B's), a batch of one new token per sequence has the decode attention kernel rotate q and
+// the new K and store the K/V itself: qkv = wqkv x, then one attention kernel, instead of a RoPE +
+// K/V store kernel between them.
+void CudaBackend::matmul_rope_attention(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
+                                        const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads,
+                                        const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer,
+                                        const TensorView& out, float scale) {
+    Impl& im = *impl_;
+    const cuda::DeviceKvLayer kv = device_layer(cache, layer);
+    if (im.gemv_takes_rope(wqkv, x) || !cuda::attention_folds_rope(im.attention_variant(), im.batch, kv)) {
+        Backend::matmul_rope_attention(wqkv, x, bias, qkv, n_heads, n_kv_heads, rope, q, cache, layer, out, scale);
+        return;
+    }
+    MVLLM_CHECK(kv.n_kv_heads == n_kv_heads && kv.head_dim == rope.head_dim &&
+                qkv.ne[0] == static_cast<int64_t>(n_heads + 2 * n_kv_heads) * rope.head_dim && qkv.type == DType::F32)
+        << "matmul_rope_attention geometry";
+    MVLLM_CHECK(!bias.data || (bias.type == DType::F32 && bias.ne[0] == qkv.ne[0])) << "matmul_rope_attention bias";
+    matmul(wqkv, x, TensorView{}, qkv);
+    im.set_inv_freq(rope);
+    im.wrote(q);
+    const cuda::RawQkv raw{static_cast<const float*>(qkv.data), static_cast<const float*>(bias.data), im.inv_freq};
+    im.attention(kv, q, out, n_heads, scale, &raw);
 }
 
 void CudaBackend::silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out) {

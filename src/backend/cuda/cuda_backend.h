@@ -117,6 +117,12 @@ public:
     void matmul_rope_kv_store(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
                               const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads, const RopeParams& rope,
                               const TensorView& q, KvCache& cache, int32_t layer) override;
+    // Where the GEMV does not take RoPE, a batch of one new token per sequence: the QKV GEMV, then
+    // the decode attention kernel applying RoPE and storing the new K/V itself (q is not written).
+    void matmul_rope_attention(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
+                               const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads, const RopeParams& rope,
+                               const TensorView& q, KvCache& cache, int32_t layer, const TensorView& out,
+                               float scale) override;
 
     // Decode steps (every sequence one token, up to 512 sequences, fused attention)
     // are recorded as one CUDA graph per (program, cache, batch size, context bucket) on their
