@@ -237,8 +237,10 @@ __device__ __forceinline__ float2 raw_q_pair(const float* head_row, const float*
     return d < kHalf ? make_float2(r0.x, r1.x) : make_float2(r0.y, r1.y);
 }
 
-// The new token's K (RoPE'd) and V of one KV head (stored rounded to KT, as the cache holds them),
-// spread over a warp: lane l holds K dims (i, i + half) for pairs i = l + 32 j, and V dims l + 32 j.
+// The new token's K and V of one KV head, spread over a warp: lane l holds K dims (i, i + half) for
+// pairs i = l + 32 j, and V dims l + 32 j. load() only issues the loads (bias added), so that their
+// round trip overlaps Q's; rotate() applies RoPE to K once they are needed (the values then as
+// rope_kv_store_kernel computes them; stored rounded to KT, as the cache holds them).
 template <int HD, typename KT>
 struct NewKv {
     static constexpr int kHalf = HD / 2;
@@ -248,22 +250,29 @@ struct NewKv {
     // raw_k / raw_v: the head's K and V rows of the fused QKV row; bias_k / bias_v the same of the
     // bias (null: none).
     __device__ __forceinline__ void load(const float* raw_k, const float* raw_v, const float* bias_k,
-                                         const float* bias_v, const float2* rot, int lane) {
+                                         const float* bias_v, int lane) {
 #pragma unroll
         for (int j = 0; j < kPairs; ++j) {
             const int i = lane + 32 * j;
             if (i >= kHalf) break;
-            float x0 = raw_k[2 * i], x1 = raw_k[2 * i + 1];
-            if (bias_k) x0 = x0 + bias_k[2 * i], x1 = x1 + bias_k[2 * i + 1];
-            const float2 r = rope_rotate(x0, x1, rot[i]);
-            k[j][0] = r.x;
-            k[j][1] = r.y;
+            k[j][0] = bias_k ? raw_k[2 * i] + bias_k[2 * i] : raw_k[2 * i];
+            k[j][1] = bias_k ? raw_k[2 * i + 1] + bias_k[2 * i + 1] : raw_k[2 * i + 1];
         }
 #pragma unroll
         for (int j = 0; j < kValues; ++j) {
             const int d = lane + 32 * j;
             if (d >= HD) break;
             v[j] = bias_v ? raw_v[d] + bias_v[d] : raw_v[d];
+        }
+    }
+    __device__ __forceinline__ void rotate(const float2* rot, int lane) {
+#pragma unroll
+        for (int j = 0; j < kPairs; ++j) {
+            const int i = lane + 32 * j;
+            if (i >= kHalf) break;
+            const float2 r = rope_rotate(k[j][0], k[j][1], rot[i]);
+            k[j][0] = r.x;
+            k[j][1] = r.y;
         }
     }
     // Writes them into row `row` of a K and a V tile (the stale cache row a copy brought in).
@@ -432,8 +441,8 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     }
 
     // raw: the warp whose tile holds the new token (the last of the context) takes its K/V from the
-    // raw row and patches it into that tile; the CTA of the KV head's first head tile also stores it
-    // in the cache for later steps.
+    // raw row (the loads start beside Q's) and, when that tile has landed, patches it in; the CTA of
+    // the KV head's first head tile also stores it in the cache for later steps.
     const int32_t last = ctx - 1, new_tile = (last - t_begin) / kTile;
     const bool new_here = fold && t_begin <= last && t_end == ctx && new_tile % W == warp;
     NewKv<HD, KT> new_kv;
@@ -442,11 +451,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         const int64_t k_off = static_cast<int64_t>(n_heads + kv_head) * HD, v_off = k_off + static_cast<int64_t>(n_kv) * HD;
         const float* raw_row = raw.qkv + row * raw_width;
         new_kv.load(raw_row + k_off, raw_row + v_off, raw.bias ? raw.bias + k_off : nullptr,
-                    raw.bias ? raw.bias + v_off : nullptr, rot, lane);
-        if (blockIdx.y % n_tiles == 0) {
-            const int64_t cache_row = paged.row(last) * HD;
-            new_kv.store(const_cast<KT*>(kc) + cache_row, const_cast<KT*>(vc) + cache_row, lane);
-        }
+                    raw.bias ? raw.bias + v_off : nullptr, lane);
     }
 
     // Q as A fragments (rows = query heads, scaled to base 2); heads past n_g are zero.
@@ -492,7 +497,12 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         KT* sv = stage_k(i) + kTile * HD;
         const int32_t t0 = tile_start(i);
         if (new_here && i == new_tile / W) {
+            new_kv.rotate(rot, lane);
             new_kv.template patch<Tma>(sk, sv, last - t0, lane);
+            if (blockIdx.y % n_tiles == 0) {
+                const int64_t cache_row = paged.row(last) * HD;
+                new_kv.store(const_cast<KT*>(kc) + cache_row, const_cast<KT*>(vc) + cache_row, lane);
+            }
             __syncwarp();
         }
         if constexpr (Tma) {
