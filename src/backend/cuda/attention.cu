@@ -328,6 +328,16 @@ __global__ void merge_splits_kernel(const float* part_o, const float* part_ml, i
     store_any(out, out_type, head_row * head_dim + d, a / sum);
 }
 
+// Reads: positions[blockIdx.x], inv_freq. Writes: table row blockIdx.x, (cos, sin) of each
+// frequency (threadIdx.x). It reads no kernel's output, so it computes before its wait (for the
+// chain of completions every kernel of a step keeps).
+__global__ void rope_table_kernel(const int32_t* positions, const float* inv_freq, float2* table) {
+    pdl_trigger();
+    const float2 r = rope_cos_sin(positions[blockIdx.x], inv_freq[threadIdx.x]);
+    pdl_wait();
+    table[static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x] = r;
+}
+
 void ensure(void** ptr, size_t* have, size_t need, const char* what) {
     if (*have >= need) return;
     MVLLM_CUDA_CHECK(cudaDeviceSynchronize());  // the old buffer may still be in use
@@ -731,6 +741,7 @@ AttentionScratch::~AttentionScratch() {
     if (repeated) cudaFree(repeated);
     if (partial) cudaFree(partial);
     if (counters) cudaFree(counters);
+    if (rope_table) cudaFree(rope_table);
 }
 
 bool cuda_attention_supported(int32_t head_dim, DType kv_dtype) {
@@ -744,6 +755,19 @@ bool use_tiled_prefill(int32_t max_seq_tokens, int32_t group, bool batch_invaria
     // Batch-invariant mode keeps every row on the decode kernel's fixed splits: which kernel a
     // prompt token meets would otherwise depend on how the scheduler chunked the batch.
     return enabled && !batch_invariant && max_seq_tokens >= mma_prefill::min_query_tokens(group);
+}
+
+const float2* launch_rope_table(const DeviceBatch& batch, const float* inv_freq, int32_t head_dim,
+                                AttentionScratch& scratch, cudaStream_t stream) {
+    const int32_t half = head_dim / 2;
+    MVLLM_CHECK(half >= 1 && half <= 1024 && batch.n_tokens > 0) << "rope table: head_dim " << head_dim;
+    ensure(&scratch.rope_table, &scratch.rope_table_bytes,
+           static_cast<size_t>(batch.n_tokens) * half * sizeof(float2), "RoPE table");
+    auto* table = static_cast<float2*>(scratch.rope_table);
+    launch_pdl(rope_table_kernel, static_cast<unsigned>(batch.n_tokens), static_cast<unsigned>(half), 0, stream,
+               batch.positions, inv_freq, table);
+    MVLLM_CUDA_LAUNCH_CHECK();
+    return table;
 }
 
 bool attention_folds_rope(CudaAttention variant, const DeviceBatch& batch, const DeviceKvLayer& kv) {

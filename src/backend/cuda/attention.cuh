@@ -41,6 +41,8 @@ struct AttentionScratch {
     size_t partial_bytes = 0;
     void* counters = nullptr;  // fused F16/BF16: [n_tokens][n_kv_heads * head tiles] splits done, kept at 0
     size_t counters_bytes = 0;
+    void* rope_table = nullptr;  // RawQkv::rot: [n_tokens][head_dim / 2] float2
+    size_t rope_table_bytes = 0;
     ~AttentionScratch();
 };
 
@@ -92,10 +94,17 @@ bool use_tiled_prefill(int32_t max_seq_tokens, int32_t group, bool batch_invaria
 // decode kernel that applies RoPE to q and to the new tokens' K, and stores their K/V in the cache,
 // itself (launch_attention's `raw`): one kernel of the decode step fewer.
 struct RawQkv {
-    const float* qkv = nullptr;       // [n_tokens][(n_heads + 2 n_kv_heads) * head_dim] f32
-    const float* bias = nullptr;      // [(n_heads + 2 n_kv_heads) * head_dim] f32, or null
-    const float* inv_freq = nullptr;  // [head_dim / 2], device
+    const float* qkv = nullptr;   // [n_tokens][(n_heads + 2 n_kv_heads) * head_dim] f32
+    const float* bias = nullptr;  // [(n_heads + 2 n_kv_heads) * head_dim] f32, or null
+    const float2* rot = nullptr;  // [n_tokens][head_dim / 2] (cos, sin) of each row's position (launch_rope_table)
 };
+
+// The (cos, sin) of every row's position at each of the head_dim / 2 frequencies, as the RoPE
+// kernels compute them (rope.cuh), into scratch.rope_table (grown on demand: growth synchronises
+// the device); returns it. One small kernel per step: the rotation is the same in every layer, so
+// the decode kernel (RawQkv) reads it after its wait instead of computing it per CTA and layer.
+const float2* launch_rope_table(const DeviceBatch& batch, const float* inv_freq, int32_t head_dim,
+                                AttentionScratch& scratch, cudaStream_t stream);
 
 // seq_ctx_offset: [n_seqs] prefix sums of context_len (naive's dense offsets). With `qx`
 // ([n_tokens][n_heads * head_dim]), the fused F16/BF16 decode kernel also writes the output in the

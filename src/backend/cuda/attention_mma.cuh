@@ -223,38 +223,41 @@ struct Timeline {
 
 // Dims d and d + 1 (d even) of query head h of a token, RoPE'd from the raw fused QKV row (rope.cuh's
 // pairs: row 2i holds dim i, row 2i + 1 dim i + half), bias added first: rope_kv_store_kernel's
-// arithmetic, so the same bits as the q it would have written. rot: (cos, sin) per pair.
+// arithmetic, so the same bits as the q it would have written. rot: the row's (cos, sin) per pair.
 template <int HD>
 __device__ __forceinline__ float2 raw_q_pair(const float* head_row, const float* head_bias, const float2* rot, int d) {
     constexpr int kHalf = HD / 2;
-    const int i = d % kHalf;  // even: the float4 at row 2i holds pairs i and i + 1
+    const int i = d % kHalf;  // even: the float4 at row 2i holds pairs i and i + 1, as does rot's at i
     float4 x = *reinterpret_cast<const float4*>(head_row + 2 * i);
     if (head_bias) {
         const float4 b = *reinterpret_cast<const float4*>(head_bias + 2 * i);
         x.x = x.x + b.x, x.y = x.y + b.y, x.z = x.z + b.z, x.w = x.w + b.w;
     }
-    const float2 r0 = rope_rotate(x.x, x.y, rot[i]), r1 = rope_rotate(x.z, x.w, rot[i + 1]);
+    const float4 cs = *reinterpret_cast<const float4*>(rot + i);
+    const float2 r0 = rope_rotate(x.x, x.y, make_float2(cs.x, cs.y)), r1 = rope_rotate(x.z, x.w, make_float2(cs.z, cs.w));
     return d < kHalf ? make_float2(r0.x, r1.x) : make_float2(r0.y, r1.y);
 }
 
 // The new token's K and V of one KV head, spread over a warp: lane l holds K dims (i, i + half) for
-// pairs i = l + 32 j, and V dims l + 32 j. load() only issues the loads (bias added), so that their
-// round trip overlaps Q's; rotate() applies RoPE to K once they are needed (the values then as
+// pairs i = l + 32 j, and V dims l + 32 j. load() only issues the loads (bias added; the rotations
+// too), so that their round trip overlaps Q's; rotate() applies RoPE to K once they are needed (the values then as
 // rope_kv_store_kernel computes them; stored rounded to KT, as the cache holds them).
 template <int HD, typename KT>
 struct NewKv {
     static constexpr int kHalf = HD / 2;
     static constexpr int kPairs = (kHalf + 31) / 32, kValues = (HD + 31) / 32;
     float k[kPairs][2], v[kValues];
+    float2 cs[kPairs];
 
     // raw_k / raw_v: the head's K and V rows of the fused QKV row; bias_k / bias_v the same of the
-    // bias (null: none).
+    // bias (null: none); rot: the row's (cos, sin) per pair.
     __device__ __forceinline__ void load(const float* raw_k, const float* raw_v, const float* bias_k,
-                                         const float* bias_v, int lane) {
+                                         const float* bias_v, const float2* rot, int lane) {
 #pragma unroll
         for (int j = 0; j < kPairs; ++j) {
             const int i = lane + 32 * j;
             if (i >= kHalf) break;
+            cs[j] = rot[i];
             k[j][0] = bias_k ? raw_k[2 * i] + bias_k[2 * i] : raw_k[2 * i];
             k[j][1] = bias_k ? raw_k[2 * i + 1] + bias_k[2 * i + 1] : raw_k[2 * i + 1];
         }
@@ -265,12 +268,12 @@ struct NewKv {
             v[j] = bias_v ? raw_v[d] + bias_v[d] : raw_v[d];
         }
     }
-    __device__ __forceinline__ void rotate(const float2* rot, int lane) {
+    __device__ __forceinline__ void rotate(int lane) {
 #pragma unroll
         for (int j = 0; j < kPairs; ++j) {
             const int i = lane + 32 * j;
             if (i >= kHalf) break;
-            const float2 r = rope_rotate(k[j][0], k[j][1], rot[i]);
+            const float2 r = rope_rotate(k[j][0], k[j][1], cs[j]);
             k[j][0] = r.x;
             k[j][1] = r.y;
         }
@@ -407,14 +410,10 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     // is no kernel's output: the warp's first tiles that lie wholly before the step's first new
     // token start their copies while the previous kernel (which writes q and the new tokens' K/V)
     // drains; the rest follow the wait. (MVLLM_EARLY_LOADS=0: L2 prefetches only.)
-    // raw: q and the new token's K/V come RoPE'd from the raw QKV row; the rotations depend on the
-    // position only, so they are made now, while the previous kernel drains.
+    // raw: q and the new token's K/V come RoPE'd from the raw QKV row, with the row's rotations
+    // (raw.rot, an earlier kernel's output: read after the wait, beside q).
     const bool fold = raw.qkv != nullptr;
-    __shared__ float2 rot[HD / 2];
-    if (fold) {
-        for (int i = threadIdx.x; i < HD / 2; i += W * 32) rot[i] = rope_cos_sin(ctx - 1, raw.inv_freq[i]);
-        __syncthreads();
-    }
+    const float2* rot = fold ? raw.rot + static_cast<int64_t>(row) * (HD / 2) : nullptr;
     tl.mark(1);
     int32_t n_pre = 0;
     if (flags & kEarlyTiles) {
@@ -451,7 +450,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         const int64_t k_off = static_cast<int64_t>(n_heads + kv_head) * HD, v_off = k_off + static_cast<int64_t>(n_kv) * HD;
         const float* raw_row = raw.qkv + row * raw_width;
         new_kv.load(raw_row + k_off, raw_row + v_off, raw.bias ? raw.bias + k_off : nullptr,
-                    raw.bias ? raw.bias + v_off : nullptr, lane);
+                    raw.bias ? raw.bias + v_off : nullptr, rot, lane);
     }
 
     // Q as A fragments (rows = query heads, scaled to base 2); heads past n_g are zero.
@@ -497,7 +496,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         KT* sv = stage_k(i) + kTile * HD;
         const int32_t t0 = tile_start(i);
         if (new_here && i == new_tile / W) {
-            new_kv.rotate(rot, lane);
+            new_kv.rotate(lane);
             new_kv.template patch<Tma>(sk, sv, last - t0, lane);
             if (blockIdx.y % n_tiles == 0) {
                 const int64_t cache_row = paged.row(last) * HD;

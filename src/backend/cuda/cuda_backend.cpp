@@ -559,10 +559,11 @@ void CudaBackend::matmul_rope_attention(const TensorView& wqkv, const TensorView
                 qkv.ne[0] == static_cast<int64_t>(n_heads + 2 * n_kv_heads) * rope.head_dim && qkv.type == DType::F32)
         << "matmul_rope_attention geometry";
     MVLLM_CHECK(!bias.data || (bias.type == DType::F32 && bias.ne[0] == qkv.ne[0])) << "matmul_rope_attention bias";
-    matmul(wqkv, x, TensorView{}, qkv);
     im.set_inv_freq(rope);
+    if (!im.rope_table) im.rope_table = cuda::launch_rope_table(im.batch, im.inv_freq, rope.head_dim, im.attention_scratch, im.stream);
+    matmul(wqkv, x, TensorView{}, qkv);
     im.wrote(q);
-    const cuda::RawQkv raw{static_cast<const float*>(qkv.data), static_cast<const float*>(bias.data), im.inv_freq};
+    const cuda::RawQkv raw{static_cast<const float*>(qkv.data), static_cast<const float*>(bias.data), im.rope_table};
     im.attention(kv, q, out, n_heads, scale, &raw);
 }
 

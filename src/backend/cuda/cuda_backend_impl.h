@@ -31,7 +31,7 @@ std::string cuda_memory_report();
 // What recorded kernels point at besides weights and the cache (scratch buffers grow by
 // reallocation): the arena generation and the scratch pointers.
 using StepResources = std::tuple<uint64_t, const void*, const void*, const void*, const void*, const void*,
-                                 const void*, const void*, const void*>;
+                                 const void*, const void*, const void*, const void*>;
 
 // A recorded decode step: its graph and the fixed device buffer its kernels read the step's
 // inputs from.
@@ -102,6 +102,8 @@ struct CudaBackend::Impl {
     std::vector<int32_t> query_len_by_row;  // host side of batch.rows_by_query_len (see DeviceBatch)
 
     float* inv_freq = nullptr;  // [head_dim / 2] device copy of RopeParams::inv_freq
+    // This step's RoPE table (launch_rope_table, at its first folded attention), or null.
+    const float2* rope_table = nullptr;
     std::vector<float> inv_freq_host;
     // Greedy sampling's results land in mapped pinned host memory (written by the kernels over
     // the bus: no copy is queued after them), in two slots (ticket % 2: a step's tokens stay
@@ -239,7 +241,7 @@ struct CudaBackend::Impl {
     // does not take the integer GEMV for this many rows.
     const cuda::QxView* qx_for(const TensorView& w, const TensorView& x, cuda::QxView* storage);
     StepResources resources() const {
-        return {arena_generation, attention_scratch.partial, attention_scratch.counters, matmul_scratch.qx,
+        return {arena_generation, attention_scratch.partial, attention_scratch.counters, attention_scratch.rope_table, matmul_scratch.qx,
                 matmul_scratch.input, matmul_scratch.weight, matmul_scratch.partial, inv_freq, argmax_fed};
     }
 };

@@ -142,6 +142,7 @@ void CudaBackend::begin(const Batch& b) {
     MVLLM_CUDA_OK(cudaEventRecord(im.meta_copied, im.stream));
     im.arena_next = 0;
     im.qx_source = nullptr;
+    im.rope_table = nullptr;
     im.mode = StepMode::Eager;
     im.graph_timing.synced = {};  // an eager step: not counted as host time between graph steps
     im.graph_timing.chain_next = false;
@@ -207,6 +208,7 @@ bool CudaBackend::begin_step(const Batch& b, uint64_t program, KvCache& cache) {
     im.total_context = g->total_context;
     im.arena_next = 0;
     im.qx_source = nullptr;
+    im.rope_table = nullptr;
     im.step_key = key;
     g->last_use = ++im.step_counter;
     if (im.mode == StepMode::Capture)
