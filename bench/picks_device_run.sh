@@ -12,6 +12,7 @@
 #          greedy (base); ncu of the draw's race kernel in a 256-row step, base and new
 #   decode (thirty-second session) batch-1 `bench decode` after 512 tokens, 0.5B and 7B q4_0, the new
 #          binary with its defaults and with each switch of AB_VARS set to 0, in turn, two rounds
+#          (DEC_MODELS="0.5b 7b" by default)
 # Usage (repo root, .devdeps and .carry carried): OUT=dir STAGES="test b4b lp" bash bench/picks_device_run.sh
 # Without .carry/mvllm-base.xz the stages that compare with the base binary run the new one only.
 set -u -o pipefail
@@ -81,10 +82,12 @@ if has draw; then
 fi
 if has decode; then
   M7=/tmp/mvllm-models/qwen2.5-7b-q4_0.gguf
-  [ -f $M7 ] || timeout 200 bin/mvllm-new make-model $M7 --preset qwen2.5-7b --type q4_0 > /dev/null 2>&1
+  [[ "${DEC_MODELS:-0.5b 7b}" != *7b* ]] || [ -f $M7 ] ||
+    timeout 200 bin/mvllm-new make-model $M7 --preset qwen2.5-7b --type q4_0 > /dev/null 2>&1
+  models=""; for s in ${DEC_MODELS:-0.5b 7b}; do [ $s = 7b ] && models="$models $M7" || models="$models $M"; done
   for round in 1 2; do
     for off in none ${AB_VARS:-MVLLM_SWIGLU_QX}; do
-      for m in $M $M7; do
+      for m in $models; do
         tag=dec_$(basename $m .gguf)_${off}_$round
         env ${off/#none/MVLLM_NONE}=0 timeout 90 bin/mvllm-new bench decode -m $m --device cuda --kv-dtype f16 \
           --prompt-len 512 -n 127 --repeat 3 --json-out $R/$tag.json > $R/$tag.log 2>&1
