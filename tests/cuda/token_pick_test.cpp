@@ -315,7 +315,9 @@ TEST(CudaOps, RowScoresEqualTheHost) {
             const ScoreAsk& a = picks.scores[i];
             const float* row = host.data() + a.row * width;
             const int32_t token = a.token >= 0 ? a.token : got[a.row];
-            if (a.row != 3) EXPECT_EQ(got[a.row], row_argmax(row, width)) << "row " << a.row;
+            if (a.row != 3) {
+                EXPECT_EQ(got[a.row], row_argmax(row, width)) << "row " << a.row;
+            }
             const RowScore want = score_row(row, width, token, a.n_top);
             const RowScore& g = scores[i];
             EXPECT_EQ(g.token, want.token) << "row " << a.row;
@@ -329,7 +331,9 @@ TEST(CudaOps, RowScoresEqualTheHost) {
         }
         EXPECT_EQ(scores[2].top[0].first, 5);  // the tie at the top: the lower id first
         EXPECT_EQ(scores[2].top[1].first, 9);
-        if (width > 2052) EXPECT_EQ(scores[0].top[7].first, 0);  // the 8th best, from the redone selection
+        if (width > 2052) {
+            EXPECT_EQ(scores[0].top[7].first, 0);  // the 8th best, from the redone selection
+        }
     }
 }
 
