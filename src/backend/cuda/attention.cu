@@ -339,21 +339,7 @@ __global__ void rope_table_kernel(const int32_t* positions, const float* inv_fre
 }
 
 void ensure(void** ptr, size_t* have, size_t need, const char* what) {
-    if (*have >= need) return;
-    MVLLM_CUDA_CHECK(cudaDeviceSynchronize());  // the old buffer may still be in use
-    if (*ptr) MVLLM_CUDA_CHECK(cudaFree(*ptr));
-    *ptr = nullptr;
-    *have = 0;
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    if (cudaMalloc(ptr, need) != cudaSuccess) {
-        cudaGetLastError();
-        *ptr = nullptr;
-        throw DeviceOutOfMemory(make_error("out of GPU memory: attention ", what, " scratch of ", need / 1048576.0,
-                                           " MiB did not fit (", free_b / 1048576.0, " MiB free)")
-                                    .message());
-    }
-    *have = need;
+    grow_device_buffer(ptr, have, need, (std::string("attention ") + what + " scratch").c_str());
 }
 
 template <typename KT>

@@ -224,6 +224,11 @@ __device__ __forceinline__ void pdl_begin(MVLLM_PDL_SITE) {
 // Brings the 128-byte line of p into L2 (no register result; safe before pdl_wait: L2 is coherent).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+// Grows a device scratch buffer to at least `need` bytes; its contents are not kept (the device
+// is synchronised first: the old buffer may still be in use). Out of memory: DeviceOutOfMemory
+// (backend.h) naming `what`, the size and the free memory, the buffer left empty.
+void grow_device_buffer(void** ptr, size_t* have, size_t need, const char* what);
+
 // Whether launch_pdl sets the attribute (MVLLM_CUDA_PDL=0 turns it off, for A/B measurements).
 bool pdl_enabled();
 // Which kernels load data no kernel writes before pdl_wait (MVLLM_EARLY_LOADS, default 7, for A/B

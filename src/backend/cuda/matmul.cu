@@ -75,19 +75,7 @@ void gemv_float_scalar(const TensorView& w, const XT* x, const float* bias, floa
     }
 }
 
-void ensure(void** ptr, size_t* have, size_t need) {
-    if (*have >= need) return;
-    MVLLM_CUDA_CHECK(cudaDeviceSynchronize());  // the old buffer may still be in use
-    if (*ptr) MVLLM_CUDA_CHECK(cudaFree(*ptr));  // cudaFree waits for the work using it
-    *ptr = nullptr;
-    *have = 0;
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    const cudaError_t err = cudaMalloc(ptr, need);
-    MVLLM_CHECK(err == cudaSuccess) << "matmul scratch of " << need / 1048576.0 << " MiB did not fit ("
-                                    << free_b / 1048576.0 << " MiB free): " << cudaGetErrorString(err);
-    *have = need;
-}
+void ensure(void** ptr, size_t* have, size_t need) { grow_device_buffer(ptr, have, need, "matmul scratch"); }
 
 bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 

@@ -1,5 +1,7 @@
 #include "backend/cuda/ops.cuh"
 
+#include "backend/backend.h"
+
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -700,6 +702,24 @@ void launch_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const Te
 int early_loads() {
     static const int mask = env_int("MVLLM_EARLY_LOADS", 7);
     return mask;
+}
+
+void grow_device_buffer(void** ptr, size_t* have, size_t need, const char* what) {
+    if (*have >= need) return;
+    MVLLM_CUDA_CHECK(cudaDeviceSynchronize());  // the old buffer may still be in use
+    if (*ptr) MVLLM_CUDA_CHECK(cudaFree(*ptr));
+    *ptr = nullptr;
+    *have = 0;
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    if (cudaMalloc(ptr, need) != cudaSuccess) {
+        cudaGetLastError();
+        *ptr = nullptr;
+        throw DeviceOutOfMemory(make_error("out of GPU memory: ", what, " of ", need / 1048576.0, " MiB did not fit (",
+                                           free_b / 1048576.0, " MiB free)")
+                                    .message());
+    }
+    *have = need;
 }
 
 bool pdl_enabled() {
