@@ -77,13 +77,7 @@ CudaBackend::Impl::~Impl() {
     if (draws_dev) cudaFree(draws_dev);
     if (penalties_host) cudaFreeHost(penalties_host);
     if (penalties_dev) cudaFree(penalties_dev);
-    if (targets_host) cudaFreeHost(targets_host);
-    if (targets_dev) cudaFree(targets_dev);
-    if (target_out) cudaFreeHost(target_out);
     if (copies_host) cudaFreeHost(copies_host);
-    if (asks_host) cudaFreeHost(asks_host);
-    if (asks_dev) cudaFree(asks_dev);
-    if (score_out) cudaFreeHost(score_out);
     if (score_parts) cudaFree(score_parts);
     if (draw_cuts) cudaFree(draw_cuts);
     if (draw_binned) cudaFree(draw_binned);

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +28,50 @@ namespace mvllm {
     } while (0)
 
 std::string cuda_memory_report();
+
+// Two slots (argmax tickets alternate between them) of a step's staged input rows (pinned host
+// memory, copied to the device on the copy stream) and of their results (mapped host memory that
+// the kernels write and the host reads), kOut results a row.
+template <typename In, typename Out, size_t kOut = 1>
+struct StagedRows {
+    In* host = nullptr;      // [2][capacity], pinned
+    In* dev = nullptr;       // [2][capacity], device
+    Out* out = nullptr;      // [2][capacity][kOut], mapped
+    Out* out_dev = nullptr;  // its device address
+    size_t capacity = 0;     // rows a slot
+
+    In* host_slot(size_t s) const { return host + s * capacity; }
+    In* dev_slot(size_t s) const { return dev + s * capacity; }
+    Out* out_slot(size_t s) const { return out + s * capacity * kOut; }
+    Out* out_dev_slot(size_t s) const { return out_dev + s * capacity * kOut; }
+
+    // Grows to `cap` rows a slot once `stream` no longer uses the old buffers, keeping both slots'
+    // results (the one not being refilled may still be read).
+    void grow(size_t cap, cudaStream_t stream) {
+        MVLLM_CUDA_OK(cudaStreamSynchronize(stream));
+        In* h = nullptr;
+        Out* o = nullptr;
+        MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&h), 2 * cap * sizeof(In), cudaHostAllocDefault));
+        MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&o), 2 * cap * kOut * sizeof(Out), cudaHostAllocMapped));
+        for (size_t s = 0; s < 2 && capacity > 0; ++s)
+            std::memcpy(o + s * cap * kOut, out_slot(s), capacity * kOut * sizeof(Out));
+        release();
+        host = h;
+        out = o;
+        MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dev), 2 * cap * sizeof(In)));
+        MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&out_dev), o, 0));
+        capacity = cap;
+    }
+    void release() {
+        if (host) cudaFreeHost(host);
+        if (dev) cudaFree(dev);
+        if (out) cudaFreeHost(out);
+        host = dev = nullptr;
+        out = out_dev = nullptr;
+        capacity = 0;
+    }
+    ~StagedRows() { release(); }
+};
 
 // What recorded kernels point at besides weights and the cache (scratch buffers grow by
 // reallocation): the arena generation and the scratch pointers.
@@ -122,7 +167,7 @@ struct CudaBackend::Impl {
         bool logprob = false;
         bool targets = false;
         size_t copied = 0;           // floats of copied rows (TokenPicks::copies) in copies_host
-        size_t scored = 0;           // rows scored (TokenPicks::scores) into score_out
+        size_t scored = 0;           // rows scored (TokenPicks::scores) into scores.out
         std::vector<RowScore> scores;  // unpacked by argmax_result
         cudaEvent_t done = nullptr;  // recorded after the slot's kernels
     };
@@ -157,11 +202,7 @@ struct CudaBackend::Impl {
     void ensure_penalties(size_t n);
     // A step's targets (TokenPicks::targets) staged and copied per slot, and their log-softmax in
     // mapped host memory per slot, as the argmax's results.
-    int32_t* targets_host = nullptr;   // [2][target_capacity], host (pinned)
-    int32_t* targets_dev = nullptr;    // [2][target_capacity], device
-    float* target_out = nullptr;       // [2][target_capacity], host (mapped)
-    float* target_out_dev = nullptr;   // its device address
-    size_t target_capacity = 0;
+    StagedRows<int32_t, float> targets;
     // Grows the target buffers to at least `rows` a slot (keeping both slots' results).
     void ensure_targets(size_t rows);
     // The rows a step copies back (TokenPicks::copies), penalised, per slot in pinned host memory.
@@ -171,14 +212,9 @@ struct CudaBackend::Impl {
     void ensure_copies(size_t n);
     // A step's scored rows (TokenPicks::scores) staged and copied per slot, and their packed scores
     // (cuda::launch_row_scores) in mapped host memory per slot.
-    ScoreAsk* asks_host = nullptr;  // [2][score_capacity], host (pinned)
-    ScoreAsk* asks_dev = nullptr;   // [2][score_capacity], device
-    int32_t* score_out = nullptr;   // [2][score_capacity][kRowScoreWords], host (mapped)
-    int32_t* score_out_dev = nullptr;
+    StagedRows<ScoreAsk, int32_t, cuda::kRowScoreWords> scores;
     int32_t* score_parts = nullptr;  // [n_sms][kRowScoreWords], device: few rows' parts (launch_row_scores)
-    size_t score_capacity = 0;
-    // Grows the score buffers to at least n rows a slot (the slots' packed scores are unpacked as
-    // they are read, so nothing is kept).
+    // Grows the score buffers to at least n rows a slot (keeping both slots' packed scores).
     void ensure_scores(size_t n);
 
     cuda::MatmulScratch matmul_scratch;

@@ -87,24 +87,7 @@ void CudaBackend::Impl::ensure_penalties(size_t n) {
 }
 
 void CudaBackend::Impl::ensure_targets(size_t rows) {
-    if (rows <= target_capacity) return;
-    const size_t cap = std::max<size_t>(rows, 512), old = target_capacity;
-    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no copy or kernel uses the old buffers any more
-    int32_t* host = nullptr;
-    float* out = nullptr;
-    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * cap * sizeof(int32_t), cudaHostAllocDefault));
-    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&out), 2 * cap * sizeof(float), cudaHostAllocMapped));
-    if (old > 0) {  // both slots' results may still be read
-        for (size_t s = 0; s < 2; ++s) std::memcpy(out + s * cap, target_out + s * old, old * sizeof(float));
-        cudaFreeHost(targets_host);
-        cudaFree(targets_dev);
-        cudaFreeHost(target_out);
-    }
-    targets_host = host;
-    target_out = out;
-    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&targets_dev), 2 * cap * sizeof(int32_t)));
-    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&target_out_dev), out, 0));
-    target_capacity = cap;
+    if (rows > targets.capacity) targets.grow(std::max<size_t>(rows, 512), stream);
 }
 
 void CudaBackend::Impl::ensure_copies(size_t n) {
@@ -122,28 +105,11 @@ void CudaBackend::Impl::ensure_copies(size_t n) {
 }
 
 void CudaBackend::Impl::ensure_scores(size_t n) {
-    if (n <= score_capacity) return;
-    const size_t cap = std::max(n, score_capacity * 2), old = score_capacity;
-    constexpr size_t kWords = cuda::kRowScoreWords;
-    MVLLM_CUDA_OK(cudaStreamSynchronize(stream));  // no kernel or copy uses the old buffers any more
-    ScoreAsk* host = nullptr;
-    int32_t* out = nullptr;
-    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * cap * sizeof(ScoreAsk), cudaHostAllocDefault));
-    MVLLM_CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&out), 2 * cap * kWords * sizeof(int32_t), cudaHostAllocMapped));
-    if (old > 0) {  // both slots' results may still be read
-        for (size_t s = 0; s < 2; ++s)
-            std::memcpy(out + s * cap * kWords, score_out + s * old * kWords, old * kWords * sizeof(int32_t));
-        cudaFreeHost(asks_host);
-        cudaFree(asks_dev);
-        cudaFreeHost(score_out);
-    }
-    asks_host = host;
-    score_out = out;
-    MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&asks_dev), 2 * cap * sizeof(ScoreAsk)));
-    MVLLM_CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&score_out_dev), out, 0));
+    if (n <= scores.capacity) return;
+    scores.grow(std::max(n, scores.capacity * 2), stream);
     if (!score_parts)
-        MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&score_parts), static_cast<size_t>(n_sms) * kWords * sizeof(int32_t)));
-    score_capacity = cap;
+        MVLLM_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&score_parts),
+                                 static_cast<size_t>(n_sms) * cuda::kRowScoreWords * sizeof(int32_t)));
 }
 
 uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const TokenPicks& picks) {
@@ -190,9 +156,9 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
     if (drawn_rows) stage(im.draws_dev + s * im.draw_rows, im.draws_host + s * im.draw_rows, draws, rows);
     const bool target_rows = rows > 0 && !drawn && targets;
     if (target_rows)
-        stage(im.targets_dev + s * im.target_capacity, im.targets_host + s * im.target_capacity, picks.targets.data(), rows);
+        stage(im.targets.dev_slot(s), im.targets.host_slot(s), picks.targets.data(), rows);
     if (n_scores > 0)
-        stage(im.asks_dev + s * im.score_capacity, im.asks_host + s * im.score_capacity, picks.scores.data(), n_scores);
+        stage(im.scores.dev_slot(s), im.scores.host_slot(s), picks.scores.data(), n_scores);
     if (staging) {  // the pass (already queued on stream) runs while they copy
         MVLLM_CUDA_OK(cudaEventRecord(im.staged[s], im.copy_stream));
         MVLLM_CUDA_OK(cudaStreamWaitEvent(im.stream, im.staged[s], 0));
@@ -224,14 +190,14 @@ uint64_t CudaBackend::argmax_enqueue(const TensorView& x, bool logprob, const To
         cuda::launch_argmax(x, im.argmax_keys, im.argmax_out_dev + s * im.argmax_capacity, im.argmax_fed, im.stream);
         if (logprob) cuda::launch_max_logprob(x, im.argmax_logprob_dev + s * im.argmax_capacity, im.stream);
         if (target_rows)
-            cuda::launch_target_logprob(x, im.targets_dev + s * im.target_capacity,
+            cuda::launch_target_logprob(x, im.targets.dev_slot(s),
                                         im.argmax_out_dev + s * im.argmax_capacity,
                                         im.argmax_logprob_dev + s * im.argmax_capacity,
-                                        im.target_out_dev + s * im.target_capacity, im.stream);
+                                        im.targets.out_dev_slot(s), im.stream);
     }
     if (n_scores > 0)  // after the picks, whose tokens (argmax_fed) the rows without one score
-        cuda::launch_row_scores(x, im.asks_dev + s * im.score_capacity, static_cast<int64_t>(n_scores), im.argmax_fed,
-                                im.score_out_dev + s * im.score_capacity * cuda::kRowScoreWords, im.score_parts,
+        cuda::launch_row_scores(x, im.scores.dev_slot(s), static_cast<int64_t>(n_scores), im.argmax_fed,
+                                im.scores.out_dev_slot(s), im.score_parts,
                                 im.n_sms, im.stream);
     MVLLM_CUDA_OK(cudaEventRecord(slot.done, im.stream));
     return ticket;
@@ -247,11 +213,11 @@ void CudaBackend::argmax_result(uint64_t ticket, int32_t* dst, float* logprob, f
     MVLLM_CUDA_OK(cudaEventSynchronize(slot.done));  // the kernels' writes to mapped memory are visible now
     std::memcpy(dst, im.argmax_out + s * im.argmax_capacity, slot.rows * sizeof(int32_t));
     if (logprob) std::memcpy(logprob, im.argmax_logprob + s * im.argmax_capacity, slot.rows * sizeof(float));
-    if (target_logprob) std::memcpy(target_logprob, im.target_out + s * im.target_capacity, slot.rows * sizeof(float));
+    if (target_logprob) std::memcpy(target_logprob, im.targets.out_slot(s), slot.rows * sizeof(float));
     Impl::ArgmaxSlot& kept = im.argmax_slots[s];
     kept.scores.resize(slot.scored);
     for (size_t i = 0; i < slot.scored; ++i) {  // the packed scores (cuda::launch_row_scores)
-        const int32_t* w = im.score_out + (s * im.score_capacity + i) * cuda::kRowScoreWords;
+        const int32_t* w = im.scores.out_slot(s) + i * cuda::kRowScoreWords;
         RowScore& r = kept.scores[i];
         r.log_z = std::bit_cast<float>(w[0]);
         r.token = w[1];
