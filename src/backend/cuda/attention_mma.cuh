@@ -219,7 +219,7 @@ struct Timeline {
 };
 #endif
 
-// ---- RoPE and the new token's K/V folded in (QkvRaw) ---------------------------------------------------
+// ---- RoPE and the new token's K/V folded in (RawQkv) -----------------------------------------------
 
 // Dims d and d + 1 (d even) of query head h of a token, RoPE'd from the raw fused QKV row (rope.cuh's
 // pairs: row 2i holds dim i, row 2i + 1 dim i + half), bias added first: rope_kv_store_kernel's
@@ -240,8 +240,9 @@ __device__ __forceinline__ float2 raw_q_pair(const float* head_row, const float*
 
 // The new token's K and V of one KV head, spread over a warp: lane l holds K dims (i, i + half) for
 // pairs i = l + 32 j, and V dims l + 32 j. load() only issues the loads (bias added; the rotations
-// too), so that their round trip overlaps Q's; rotate() applies RoPE to K once they are needed (the values then as
-// rope_kv_store_kernel computes them; stored rounded to KT, as the cache holds them).
+// too), so that their round trip overlaps Q's; rotate() applies RoPE to K when the tile is due
+// (rope_kv_store_kernel's arithmetic); patch() and store() write them rounded to KT, as the cache
+// holds them.
 template <int HD, typename KT>
 struct NewKv {
     static constexpr int kHalf = HD / 2;
@@ -316,7 +317,8 @@ struct NewKv {
 
 // ---- the kernel -----------------------------------------------------------------------------------
 
-// Reads: q [n_tokens][n_heads][HD] f32 (RoPE applied), the paged K/V of the row's sequence in
+// Reads: q [n_tokens][n_heads][HD] f32 (RoPE applied; with raw.qkv instead the raw fused QKV rows,
+// RoPE'd here, and the new token's K/V, which this kernel also stores), the paged K/V of the row's sequence in
 // [split * split_tokens, min(+split_tokens, positions[row] + 1)). Writes: out (normalised) — directly
 // when n_splits == 1, else merged by parts: with cluster > 1 the CTAs of a cluster (`cluster`
 // consecutive splits) merge through their shared memory (cluster_merge), which gives the output when
