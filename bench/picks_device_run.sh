@@ -13,6 +13,10 @@
 #   decode (thirty-second session) batch-1 `bench decode` after 512 tokens, 0.5B and 7B q4_0, the new
 #          binary with its defaults and with each switch of AB_VARS set to 0, in turn, two rounds
 #          (DEC_MODELS="0.5b 7b" by default)
+#   timeline the step timeline (a -DMVLLM_STEP_TIMELINE=ON binary: TIMELINE_BIN=path.xz, carried,
+#          built here for sm_90; without it, built there in build-tl/) of 0.5B batch-1 decode after
+#          512 tokens, with each AB_VARS switch at its default and at 0; scripts/step_timeline.py
+#          summarises each CSV, and only the summaries come back
 # Usage (repo root, .devdeps and .carry carried): OUT=dir STAGES="test b4b lp" bash bench/picks_device_run.sh
 # Without .carry/mvllm-base.xz the stages that compare with the base binary run the new one only.
 set -u -o pipefail
@@ -94,5 +98,19 @@ if has decode; then
         echo "$tag: $(tail -n1 $R/$tag.log)"
       done
     done
+  done
+fi
+if has timeline; then
+  if [ -n "${TIMELINE_BIN:-}" ]; then xz -dc "$TIMELINE_BIN" > bin/mvllm-tl && chmod +x bin/mvllm-tl
+  else
+    cmake -S . -B build-tl -DCMAKE_BUILD_TYPE=Release -DMVLLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DMVLLM_BUILD_BENCH=OFF -DMVLLM_STEP_TIMELINE=ON > $R/build_tl.log 2>&1 &&
+      cmake --build build-tl -j16 --target mvllm >> $R/build_tl.log 2>&1 && cp build-tl/bin/mvllm bin/mvllm-tl
+  fi
+  for off in none ${AB_VARS:-MVLLM_ATTN_ROPE}; do
+    env ${off/#none/MVLLM_NONE}=0 MVLLM_STEP_TIMELINE_OUT=$R/tl_$off.csv timeout 90 bin/mvllm-tl bench decode -m $M \
+      --device cuda --kv-dtype f16 --prompt-len 512 -n 127 > $R/tl_$off.log 2>&1
+    python3 scripts/step_timeline.py $R/tl_$off.csv > $R/tl_$off.txt 2>&1; rm -f $R/tl_$off.csv
+    echo "timeline $off: $(tail -n1 $R/tl_$off.log | awk -F'|' '{print $10}') tok/s"; head -40 $R/tl_$off.txt
   done
 fi
