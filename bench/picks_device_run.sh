@@ -12,11 +12,15 @@
 #          greedy (base); ncu of the draw's race kernel in a 256-row step, base and new
 #   decode (thirty-second session) batch-1 `bench decode` after 512 tokens, 0.5B and 7B q4_0, the new
 #          binary with its defaults and with each switch of AB_VARS set to 0, in turn, two rounds
-#          (DEC_MODELS="0.5b 7b" by default)
+#          (DEC_MODELS="0.5b 7b" by default; ROUNDS=2); an AB_VARS item VAR=VALUE[,VAR2=VALUE2] sets those values instead
 #   timeline the step timeline (a -DMVLLM_STEP_TIMELINE=ON binary: TIMELINE_BIN=path.xz, carried,
 #          built here for sm_90; without it, built there in build-tl/) of 0.5B batch-1 decode after
 #          512 tokens, with each AB_VARS switch at its default and at 0; scripts/step_timeline.py
-#          summarises each CSV, and only the summaries come back
+#          summarises each CSV, and only the summaries come back (TL_VARS: other switches than AB_VARS)
+#   atl    (thirty-third session) the decode attention's phase timeline (ATL_BIN, a -DMVLLM_ATTN_TIMELINE=ON
+#          build carried xz-compressed) in batch-1 decode after ATL_PROMPT (512) tokens, DEC_MODELS,
+#          with the defaults and each ATL_VARS item; scripts/attention_timeline.py summarises
+# NEW_BIN=path.xz: the new binary built here for sm_90 and carried (no build there; no test stage).
 # Usage (repo root, .devdeps and .carry carried): OUT=dir STAGES="test b4b lp" bash bench/picks_device_run.sh
 # Without .carry/mvllm-base.xz the stages that compare with the base binary run the new one only.
 set -u -o pipefail
@@ -25,9 +29,18 @@ STAGES=${STAGES:-test b4b lp}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 R=$OUT/r; mkdir -p $R
 trap 'tar czf "$OUT/r.tgz" -C "$OUT" r 2>/dev/null; rm -rf "$R"' EXIT  # one file back, not one per run
-CUDA_ARCH=90 OUT=$R/build STAGES=build bash bench/h200_run.sh 2>&1 | tail -2
-source scripts/device_deps.sh unpack > /dev/null 2>&1
-mkdir -p bin && cp build-gpu/bin/mvllm bin/mvllm-new
+mkdir -p bin
+if [ -n "${NEW_BIN:-}" ]; then  # a binary of this tree built on the build machine (sm_90), xz-compressed
+  source scripts/device_deps.sh unpack > /dev/null 2>&1
+  xz -dc "$NEW_BIN" > bin/mvllm-new && chmod +x bin/mvllm-new
+else
+  CUDA_ARCH=90 OUT=$R/build STAGES=build bash bench/h200_run.sh 2>&1 | tail -2
+  source scripts/device_deps.sh unpack > /dev/null 2>&1
+  cp build-gpu/bin/mvllm bin/mvllm-new
+fi
+# An AB_VARS item: VAR=VALUE as given, a bare VAR set to 0, "none" the defaults; tag(): a file-name form.
+assign() { [[ $1 == *=* ]] && echo "${1//,/ }" || echo "${1/#none/MVLLM_NONE}=0"; }
+tag_of() { local t=${1//=/_}; echo "${t//,/_}"; }
 if [ -f .carry/mvllm-base.xz ]; then xz -dc .carry/mvllm-base.xz > bin/mvllm-base && chmod +x bin/mvllm-base
 else ln -sf mvllm-new bin/mvllm-base; fi
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
@@ -89,11 +102,11 @@ if has decode; then
   [[ "${DEC_MODELS:-0.5b 7b}" != *7b* ]] || [ -f $M7 ] ||
     timeout 200 bin/mvllm-new make-model $M7 --preset qwen2.5-7b --type q4_0 > /dev/null 2>&1
   models=""; for s in ${DEC_MODELS:-0.5b 7b}; do [ $s = 7b ] && models="$models $M7" || models="$models $M"; done
-  for round in 1 2; do
+  for round in $(seq ${ROUNDS:-2}); do
     for off in none ${AB_VARS:-MVLLM_SWIGLU_QX}; do
       for m in $models; do
-        tag=dec_$(basename $m .gguf)_${off}_$round
-        env ${off/#none/MVLLM_NONE}=0 timeout 90 bin/mvllm-new bench decode -m $m --device cuda --kv-dtype f16 \
+        tag=dec_$(basename $m .gguf)_$(tag_of $off)_$round
+        env $(assign $off) timeout 90 bin/mvllm-new bench decode -m $m --device cuda --kv-dtype f16 \
           --prompt-len 512 -n 127 --repeat 3 --json-out $R/$tag.json > $R/$tag.log 2>&1
         echo "$tag: $(tail -n1 $R/$tag.log)"
       done
@@ -107,10 +120,26 @@ if has timeline; then
       -DMVLLM_BUILD_BENCH=OFF -DMVLLM_STEP_TIMELINE=ON > $R/build_tl.log 2>&1 &&
       cmake --build build-tl -j16 --target mvllm >> $R/build_tl.log 2>&1 && cp build-tl/bin/mvllm bin/mvllm-tl
   fi
-  for off in none ${AB_VARS:-MVLLM_ATTN_ROPE}; do
-    env ${off/#none/MVLLM_NONE}=0 MVLLM_STEP_TIMELINE_OUT=$R/tl_$off.csv timeout 90 bin/mvllm-tl bench decode -m $M \
-      --device cuda --kv-dtype f16 --prompt-len 512 -n 127 > $R/tl_$off.log 2>&1
-    python3 scripts/step_timeline.py $R/tl_$off.csv > $R/tl_$off.txt 2>&1; rm -f $R/tl_$off.csv
-    echo "timeline $off: $(tail -n1 $R/tl_$off.log | awk -F'|' '{print $10}') tok/s"; head -40 $R/tl_$off.txt
+  for off in none ${TL_VARS-${AB_VARS:-MVLLM_ATTN_ROPE}}; do
+    t=$(tag_of $off)
+    env $(assign $off) MVLLM_STEP_TIMELINE_OUT=$R/tl_$t.csv timeout 90 bin/mvllm-tl bench decode -m $M \
+      --device cuda --kv-dtype f16 --prompt-len 512 -n 127 > $R/tl_$t.log 2>&1
+    python3 scripts/step_timeline.py $R/tl_$t.csv > $R/tl_$t.txt 2>&1; rm -f $R/tl_$t.csv
+    echo "timeline $off: $(tail -n1 $R/tl_$t.log | awk -F'|' '{print $10}') tok/s"; head -16 $R/tl_$t.txt; tail -14 $R/tl_$t.txt
   done
 fi
+if has atl; then  # the decode attention's phases in the step (ATL_BIN: a -DMVLLM_ATTN_TIMELINE=ON build, carried)
+  xz -dc "$ATL_BIN" > bin/mvllm-atl && chmod +x bin/mvllm-atl
+  for s in ${DEC_MODELS:-0.5b 7b}; do
+    m=$M; [ $s = 7b ] && m=/tmp/mvllm-models/qwen2.5-7b-q4_0.gguf
+    [ -f $m ] || timeout 200 bin/mvllm-new make-model $m --preset qwen2.5-7b --type q4_0 > /dev/null 2>&1
+    for off in none ${ATL_VARS:-}; do
+      t=atl_${s}_$(tag_of $off)
+      env $(assign $off) MVLLM_ATTN_TIMELINE_OUT=$R/$t timeout 90 bin/mvllm-atl bench decode -m $m --device cuda \
+        --kv-dtype f16 --prompt-len ${ATL_PROMPT:-512} -n 127 > $R/$t.log 2>&1
+      python3 scripts/attention_timeline.py --detail $R/${t}_model.csv > $R/$t.txt 2>&1; rm -f $R/${t}_model.csv
+      echo "$t: $(tail -n1 $R/$t.log | awk -F'|' '{print $10}') tok/s"; cat $R/$t.txt
+    done
+  done
+fi
+
