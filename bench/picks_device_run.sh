@@ -38,8 +38,12 @@ else
   source scripts/device_deps.sh unpack > /dev/null 2>&1
   cp build-gpu/bin/mvllm bin/mvllm-new
 fi
+# EXTRA_BINS="name=path.xz ...": more carried binaries, bin/mvllm-name; an AB_VARS item @name runs one
+# with its defaults.
+for e in ${EXTRA_BINS:-}; do xz -dc "${e#*=}" > bin/mvllm-${e%%=*} && chmod +x bin/mvllm-${e%%=*}; done
 # An AB_VARS item: VAR=VALUE as given, a bare VAR set to 0, "none" the defaults; tag(): a file-name form.
-assign() { [[ $1 == *=* ]] && echo "${1//,/ }" || echo "${1/#none/MVLLM_NONE}=0"; }
+assign() { [[ $1 == @* ]] && echo MVLLM_NONE=0 || { [[ $1 == *=* ]] && echo "${1//,/ }" || echo "${1/#none/MVLLM_NONE}=0"; }; }
+bin_of() { [[ $1 == @* ]] && echo bin/mvllm-${1#@} || echo bin/mvllm-new; }
 tag_of() { local t=${1//=/_}; echo "${t//,/_}"; }
 if [ -f .carry/mvllm-base.xz ]; then xz -dc .carry/mvllm-base.xz > bin/mvllm-base && chmod +x bin/mvllm-base
 else ln -sf mvllm-new bin/mvllm-base; fi
@@ -106,7 +110,7 @@ if has decode; then
     for off in none ${AB_VARS:-MVLLM_SWIGLU_QX}; do
       for m in $models; do
         tag=dec_$(basename $m .gguf)_$(tag_of $off)_$round
-        env $(assign $off) timeout 90 bin/mvllm-new bench decode -m $m --device cuda --kv-dtype f16 \
+        env $(assign $off) timeout 90 $(bin_of $off) bench decode -m $m --device cuda --kv-dtype f16 \
           --prompt-len 512 -n 127 --repeat 3 --json-out $R/$tag.json > $R/$tag.log 2>&1
         echo "$tag: $(tail -n1 $R/$tag.log)"
       done

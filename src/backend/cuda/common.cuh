@@ -126,9 +126,17 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // may come before the wait. pdl_trigger() lets the next kernel launch as soon as every CTA of this
 // one is resident; it does not release the next kernel's pdl_wait(), which waits for completion.
 // Launched without the attribute (or before sm_90), both are no-ops.
-__device__ __forceinline__ void pdl_trigger() {
+// A build with -DMVLLM_PDL_TRIGGER_AFTER_WAIT=ON (measurements only) moves every trigger to right
+// after the kernel's wait: the next kernel then becomes resident only once this one is released,
+// so at most one kernel ahead is loading its weights while this one's dependent loads run.
+__device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#ifndef MVLLM_PDL_TRIGGER_AFTER_WAIT
+    pdl_launch_dependents();
 #endif
 }
 
@@ -200,6 +208,9 @@ __device__ __forceinline__ void pdl_wait(MVLLM_PDL_SITE) {
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#ifdef MVLLM_PDL_TRIGGER_AFTER_WAIT
+    pdl_launch_dependents();
 #endif
 #ifdef MVLLM_STEP_TIMELINE
     if (stamp) {
