@@ -440,7 +440,8 @@ int32_t min_split_tokens(int warps) {
 // The decode kernel's flags: its first tiles before the PDL wait (MVLLM_EARLY_LOADS), the chunked
 // split merge in place of the warp merge (MVLLM_ATTN_MERGE=chunked) or its 8-part groups
 // (MVLLM_ATTN_MERGE=x8), the split count's earlier fences (MVLLM_ATTN_FENCE=sc), where it lets
-// the next kernel launch (MVLLM_ATTN_TRIGGER: 0 on entry, 1 after Q, 2 after the tiles), and each
+// the next kernel launch (MVLLM_ATTN_TRIGGER: 0 on entry, 1 after Q (default), 2 after the tiles,
+// 3 after the warp merge; bench/NOTES.md, thirty-third session), and each
 // row's context spread over all the splits unless batch-invariant (MVLLM_ATTN_ROW_SPLITS=0:
 // fixed positions; measurements only).
 int decode_flags(bool batch_invariant) {
@@ -456,8 +457,11 @@ int decode_flags(bool batch_invariant) {
     }();
     static const bool row_splits = env_on("MVLLM_ATTN_ROW_SPLITS");
     static const int trigger = [] {
-        const int v = env_int("MVLLM_ATTN_TRIGGER", 0);
-        return v == 1 ? mma_decode::kTriggerAfterQ : v == 2 ? mma_decode::kTriggerAfterTiles : 0;
+        const int v = env_int("MVLLM_ATTN_TRIGGER", 1);
+        return v == 1   ? mma_decode::kTriggerAfterQ
+               : v == 2 ? mma_decode::kTriggerAfterTiles
+               : v == 3 ? mma_decode::kTriggerAfterMerge
+                        : 0;
     }();
     return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | merge | fence | trigger |
            (row_splits && !batch_invariant ? mma_decode::kRowSplits : 0);

@@ -337,12 +337,12 @@ struct NewKv {
 // otherwise splits of split_tokens at fixed positions, as batch invariance needs). A graph is
 // recorded with the plan of its context bucket (up to twice the context): with fixed splits a
 // row in the bucket's lower half leaves half of them idle.
-// kTriggerAfterQ / kTriggerAfterTiles (MVLLM_ATTN_TRIGGER, measurements only): the CTA lets the next
-// kernel launch only once its Q fragments are built / its tiles are done, instead of on entry, so
-// that the later kernels' early weight loads do not compete with this kernel's first loads after
-// the wait.
+// kTriggerAfterQ / kTriggerAfterTiles / kTriggerAfterMerge (MVLLM_ATTN_TRIGGER, measurements only):
+// the CTA lets the next kernel launch only once its Q fragments are built / its tiles are done /
+// its warps are merged, instead of on entry, so that the later kernels' early weight loads do not
+// compete with this kernel's first loads after the wait.
 constexpr int kEarlyTiles = 1, kChunkedMerge = 2, kRowSplits = 4, kScFence = 8, kMergeGroup8Flag = 16,
-              kTriggerAfterQ = 32, kTriggerAfterTiles = 64;
+              kTriggerAfterQ = 32, kTriggerAfterTiles = 64, kTriggerAfterMerge = 128;
 
 // atomicAdd with acquire-release semantics at GPU scope.
 __device__ __forceinline__ int32_t atomic_add_acq_rel(int32_t* p, int32_t v) {
@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
                   int32_t n_splits, void* out, DType out_type, float* part_o, float* part_ml, int32_t* counters,
                   const int32_t* rows, int flags, int cluster, QxView qx, const __grid_constant__ KvTensorMaps maps,
                   RawQkv raw) {
-    if (!(flags & (kTriggerAfterQ | kTriggerAfterTiles))) pdl_trigger();
+    if (!(flags & (kTriggerAfterQ | kTriggerAfterTiles | kTriggerAfterMerge))) pdl_trigger();
     Timeline tl;
     tl.mark(0);
     static_assert(HD % 16 == 0, "head_dim must be a multiple of 16");
@@ -485,7 +485,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     }
 
     tl.mark(4);
-    if (flags & kTriggerAfterQ) pdl_trigger();
+    if (flags & kTriggerAfterQ) pdl_trigger_after(__uint_as_float(qa[0][0]));
     float o[kN][4];
 #pragma unroll
     for (int n = 0; n < kN; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
@@ -595,7 +595,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     }
     cp_async_wait<0>();
     tl.mark(5);
-    if (flags & kTriggerAfterTiles) pdl_trigger();
+    if (flags & kTriggerAfterTiles) pdl_trigger_after(l[0] + o[0][0]);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -638,6 +638,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         s_sum[head] = sum;
     }
     __syncthreads();
+    if (flags & kTriggerAfterMerge) pdl_trigger_after(s_sum[0]);
     // The splits merge as "parts": each split, or (cluster > 1) each cluster of `cluster`
     // consecutive splits, merged first through the cluster's shared memory.
     const int32_t n_parts = n_splits / cluster;

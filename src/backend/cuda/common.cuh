@@ -139,6 +139,16 @@ __device__ __forceinline__ void pdl_trigger() {
     pdl_launch_dependents();
 #endif
 }
+// pdl_trigger once v has arrived: the trigger is predicated on v (skipped, which only delays the
+// next kernel to this one's end, if v's bits are 0x7fffffff, a NaN), so it cannot issue before
+// the load that produced v has returned. For a kernel whose first loads after its wait are its
+// latency: the next kernels' early weight loads then do not compete with them.
+__device__ __forceinline__ void pdl_trigger_after(float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(MVLLM_PDL_TRIGGER_AFTER_WAIT)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0x7fffffff;\n@p griddepcontrol.launch_dependents;\n}"
+                 ::"r"(__float_as_uint(v)) : "memory");
+#endif
+}
 
 // ---- The step timeline (a profiling aid: cmake -DMVLLM_STEP_TIMELINE=ON) ----------------------------
 // Thread 0 of every CTA stamps %globaltimer when it reaches pdl_wait and when the wait returns

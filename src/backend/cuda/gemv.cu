@@ -18,7 +18,9 @@ namespace {
 constexpr int kGemvWarps = 4;  // warps per CTA; each warp owns R output rows
 // GemvQxArgs::early bits: the first weights load before the PDL wait; the accumulate target loads
 // right after it.
-constexpr int kEarlyWeightsFlag = 1, kEarlyResidualFlag = 2;
+// kLateTriggerFlag: the next kernel may launch once the first activation loads after the wait have
+// returned, not on entry (pdl_trigger_after); see gemv_late_trigger.
+constexpr int kEarlyWeightsFlag = 1, kEarlyResidualFlag = 2, kLateTriggerFlag = 4;
 
 // Rows per warp: enough independent 16-byte loads in flight per lane without spilling.
 template <DType T, int NT, bool kPair>
@@ -100,7 +102,8 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
     // the wait; not measured on the device): their first item's lines go to L2 instead.
     constexpr int kUnroll = items_unrolled<T, NT, kPair>();
     constexpr int kFirst = T == DType::Q4_0 ? kUnroll : T == DType::Q8_0 ? 1 : 0;
-    pdl_trigger();
+    const bool late_trigger = (early & kLateTriggerFlag) != 0;
+    if (!late_trigger) pdl_trigger();
     // kRope: the rotation depends only on the step's metadata (uploaded before the first kernel),
     // and the bias is a weight, so the writer lane's (cos, sin), bias pair and cache slot are read
     // before the wait, once the early weight loads are in flight. Lane r * NT + t stores rows
@@ -131,6 +134,7 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
 #pragma unroll
         for (int u = 0; u < kFirst; ++u)
             if (it0 + u * stride < n_items) dot_items(first[u], x, n_tokens, it0 + u * stride, acc);
+        if (late_trigger) pdl_trigger_after(acc[0][0][0]);
     } else {
         if (it0 < n_items)
 #pragma unroll
@@ -139,6 +143,7 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                 for (int r = 0; r < R; ++r) I::prefetch(s ? w2 : w, rows[r], it0);
         rotation();
         pdl_wait();
+        if (late_trigger) pdl_trigger();
     }
     // Accumulate: the writer lane's current out value (the residual) loads now, beside the first
     // activation loads, instead of after the dot products (one dependent round trip less at the
@@ -400,6 +405,13 @@ GemvGrid gemv_qx_grid(int64_t n_in, int64_t n_out) {
     return {ks, static_cast<unsigned>(ceil_div(n_out, kGemvWarps / ks * R))};
 }
 
+// Whether a GEMV over `weight_bytes` of weights triggers late: MVLLM_GEMV_TRIGGER_MB=n (measurements
+// only) for those of at least n MB (0: every one; unset or negative: none).
+int gemv_late_trigger(size_t weight_bytes) {
+    static const int min_mb = env_int("MVLLM_GEMV_TRIGGER_MB", -1);
+    return min_mb >= 0 && weight_bytes >= static_cast<size_t>(min_mb) * 1000000 ? kLateTriggerFlag : 0;
+}
+
 // With `rope` (kRope): the fused QKV rows, RoPE'd and stored by the epilogue (no `out`).
 template <DType T, int NT, bool kPair, bool kRope = false>
 void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
@@ -409,7 +421,8 @@ void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, 
     const QuantMatrix m2 = w2 ? quant_matrix<T>(w2->data, w2->ne[0], w2->ne[1]) : m;
     GemvQxArgs args{m, m2, x, bias, out, out_type, n_out, static_cast<int>(x.n_rows), accumulate, ks,
                     (early_loads() & kEarlyGemv ? kEarlyWeightsFlag : 0) |
-                        (early_loads() & kEarlyResidual ? kEarlyResidualFlag : 0),
+                        (early_loads() & kEarlyResidual ? kEarlyResidualFlag : 0) |
+                        gemv_late_trigger(w.n_bytes() + (w2 ? w2->n_bytes() : 0)),
                     {}};
     if (rope) args.rope = *rope;
     if constexpr (T == DType::Q4_0 && NT == 1)
