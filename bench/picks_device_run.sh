@@ -12,7 +12,7 @@
 #          greedy (base); ncu of the draw's race kernel in a 256-row step, base and new
 #   decode (thirty-second session) batch-1 `bench decode` after 512 tokens, 0.5B and 7B q4_0, the new
 #          binary with its defaults and with each switch of AB_VARS set to 0, in turn, two rounds
-#          (DEC_MODELS="0.5b 7b" by default; ROUNDS=2); an AB_VARS item VAR=VALUE[,VAR2=VALUE2] sets those values instead
+#          (DEC_MODELS="0.5b 7b" by default; ROUNDS=2; DEC_PROMPT=512); an AB_VARS item VAR=VALUE[,VAR2=VALUE2] sets those values instead
 #   timeline the step timeline (a -DMVLLM_STEP_TIMELINE=ON binary: TIMELINE_BIN=path.xz, carried,
 #          built here for sm_90; without it, built there in build-tl/) of 0.5B batch-1 decode after
 #          512 tokens, with each AB_VARS switch at its default and at 0; scripts/step_timeline.py
@@ -109,9 +109,9 @@ if has decode; then
   for round in $(seq ${ROUNDS:-2}); do
     for off in none ${AB_VARS:-MVLLM_SWIGLU_QX}; do
       for m in $models; do
-        tag=dec_$(basename $m .gguf)_$(tag_of $off)_$round
+        tag=dec_$(basename $m .gguf)_${DEC_PROMPT:-512}_$(tag_of $off)_$round
         env $(assign $off) timeout 90 $(bin_of $off) bench decode -m $m --device cuda --kv-dtype f16 \
-          --prompt-len 512 -n 127 --repeat 3 --json-out $R/$tag.json > $R/$tag.log 2>&1
+          --prompt-len ${DEC_PROMPT:-512} -n 127 --repeat 3 --json-out $R/$tag.json > $R/$tag.log 2>&1
         echo "$tag: $(tail -n1 $R/$tag.log)"
       done
     done

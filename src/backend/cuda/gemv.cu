@@ -405,10 +405,15 @@ GemvGrid gemv_qx_grid(int64_t n_in, int64_t n_out) {
     return {ks, static_cast<unsigned>(ceil_div(n_out, kGemvWarps / ks * R))};
 }
 
-// Whether a GEMV over `weight_bytes` of weights triggers late: MVLLM_GEMV_TRIGGER_MB=n (measurements
-// only) for those of at least n MB (0: every one; unset or negative: none).
+// Whether a GEMV over `weight_bytes` of weights triggers late: those of at least 6 MB, or
+// MVLLM_GEMV_TRIGGER_MB=n (measurements) MB (0: every one; negative: none). Measured in batch-1
+// decode (bench/NOTES.md, thirty-third session): every GEMV of the 7B geometry late (its smallest,
+// the O projection, is 7.2 MB in q4_0) +4.2 %, the O projection left early no gain; every GEMV of
+// the 0.5B late -5 % (its kernels are too short for the next one's weights to load after the
+// trigger), only its LM head late even. So the big GEMVs let the kernels after them become resident
+// only once their own first activation loads are back, and the small ones on entry.
 int gemv_late_trigger(size_t weight_bytes) {
-    static const int min_mb = env_int("MVLLM_GEMV_TRIGGER_MB", -1);
+    static const int min_mb = env_int("MVLLM_GEMV_TRIGGER_MB", 6);
     return min_mb >= 0 && weight_bytes >= static_cast<size_t>(min_mb) * 1000000 ? kLateTriggerFlag : 0;
 }
 
