@@ -440,11 +440,13 @@ int32_t min_split_tokens(int warps) {
 // The decode kernel's flags: its first tiles before the PDL wait (MVLLM_EARLY_LOADS), the chunked
 // split merge in place of the warp merge (MVLLM_ATTN_MERGE=chunked) or its 8-part groups
 // (MVLLM_ATTN_MERGE=x8), the split count's earlier fences (MVLLM_ATTN_FENCE=sc), where it lets
-// the next kernel launch (MVLLM_ATTN_TRIGGER: 0 on entry, 1 after Q (default), 2 after the tiles,
-// 3 after the warp merge; bench/NOTES.md, thirty-third session), and each
-// row's context spread over all the splits unless batch-invariant (MVLLM_ATTN_ROW_SPLITS=0:
-// fixed positions; measurements only).
-int decode_flags(bool batch_invariant) {
+// the next kernel launch (MVLLM_ATTN_TRIGGER: 0 on entry, 1 after Q, 2 after the tiles, 3 after
+// the warp merge), and each row's context spread over all the splits unless batch-invariant
+// (MVLLM_ATTN_ROW_SPLITS=0: fixed positions; measurements only). The trigger after Q is the default
+// for batches of up to kGemvMaxColumns rows, whose matmuls are the GEMVs that load their weights
+// before their waits (batch-1 decode 3.5 % faster on the H200, bench/NOTES.md, thirty-third
+// session); larger batches, not measured with it, trigger on entry unless the switch is set.
+int decode_flags(bool batch_invariant, int32_t n_rows) {
     static const int merge = [] {
         const char* v = std::getenv("MVLLM_ATTN_MERGE");
         if (v && std::strcmp(v, "chunked") == 0) return mma_decode::kChunkedMerge;
@@ -456,13 +458,12 @@ int decode_flags(bool batch_invariant) {
         return v && std::strcmp(v, "sc") == 0 ? mma_decode::kScFence : 0;
     }();
     static const bool row_splits = env_on("MVLLM_ATTN_ROW_SPLITS");
-    static const int trigger = [] {
-        const int v = env_int("MVLLM_ATTN_TRIGGER", 1);
-        return v == 1   ? mma_decode::kTriggerAfterQ
-               : v == 2 ? mma_decode::kTriggerAfterTiles
-               : v == 3 ? mma_decode::kTriggerAfterMerge
-                        : 0;
-    }();
+    static const int forced = env_int("MVLLM_ATTN_TRIGGER", -1);
+    const int mode = forced >= 0 ? forced : n_rows <= kGemvMaxColumns ? 1 : 0;
+    const int trigger = mode == 1   ? mma_decode::kTriggerAfterQ
+                        : mode == 2 ? mma_decode::kTriggerAfterTiles
+                        : mode == 3 ? mma_decode::kTriggerAfterMerge
+                                    : 0;
     return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | merge | fence | trigger |
            (row_splits && !batch_invariant ? mma_decode::kRowSplits : 0);
 }
@@ -553,7 +554,7 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
                          batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
                          static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits,
                          out.data, out.type, part_o, part_ml, counters, rows,
-                         decode_flags(batch_invariant), cluster, qx, maps, raw);
+                         decode_flags(batch_invariant, batch.n_tokens), cluster, qx, maps, raw);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
