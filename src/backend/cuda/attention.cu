@@ -443,9 +443,8 @@ int32_t min_split_tokens(int warps) {
 // the next kernel launch (MVLLM_ATTN_TRIGGER: 0 on entry, 1 after Q, 2 after the tiles, 3 after
 // the warp merge), and each row's context spread over all the splits unless batch-invariant
 // (MVLLM_ATTN_ROW_SPLITS=0: fixed positions; measurements only). The trigger after Q is the default
-// for batches of up to kGemvMaxColumns rows, whose matmuls are the GEMVs that load their weights
-// before their waits (batch-1 decode 3.5 % faster on the H200, bench/NOTES.md, thirty-third
-// session); larger batches, not measured with it, trigger on entry unless the switch is set.
+// where the matmuls are GEMVs (up to kGemvMaxColumns rows; batch 1 +3.5 % on the H200, NOTES,
+// thirty-third session); larger batches, not measured with it, trigger on entry.
 int decode_flags(bool batch_invariant, int32_t n_rows) {
     static const int merge = [] {
         const char* v = std::getenv("MVLLM_ATTN_MERGE");
