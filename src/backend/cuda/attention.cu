@@ -458,11 +458,10 @@ int decode_flags(bool batch_invariant, int32_t n_rows) {
     }();
     static const bool row_splits = env_on("MVLLM_ATTN_ROW_SPLITS");
     static const int forced = env_int("MVLLM_ATTN_TRIGGER", -1);
+    constexpr int kTriggers[] = {0, mma_decode::kTriggerAfterQ, mma_decode::kTriggerAfterTiles,
+                                 mma_decode::kTriggerAfterMerge};
     const int mode = forced >= 0 ? forced : n_rows <= kGemvMaxColumns ? 1 : 0;
-    const int trigger = mode == 1   ? mma_decode::kTriggerAfterQ
-                        : mode == 2 ? mma_decode::kTriggerAfterTiles
-                        : mode == 3 ? mma_decode::kTriggerAfterMerge
-                                    : 0;
+    const int trigger = mode < 4 ? kTriggers[mode] : 0;
     return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | merge | fence | trigger |
            (row_splits && !batch_invariant ? mma_decode::kRowSplits : 0);
 }
