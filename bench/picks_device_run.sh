@@ -17,6 +17,8 @@
 #          built here for sm_90; without it, built there in build-tl/) of 0.5B batch-1 decode after
 #          512 tokens, with each AB_VARS switch at its default and at 0; scripts/step_timeline.py
 #          summarises each CSV, and only the summaries come back (TL_VARS: other switches than AB_VARS)
+#   attn   (thirty-fourth session) B1, `bench attention --quick` over ATTN_CONTEXTS (e.g. 4096,32768),
+#          with the defaults and each ATTN_VARS item
 #   atl    (thirty-third session) the decode attention's phase timeline (ATL_BIN, a -DMVLLM_ATTN_TIMELINE=ON
 #          build carried xz-compressed) in batch-1 decode after ATL_PROMPT (512) tokens, DEC_MODELS,
 #          with the defaults and each ATL_VARS item; scripts/attention_timeline.py summarises
@@ -130,6 +132,14 @@ if has timeline; then
       --device cuda --kv-dtype f16 --prompt-len 512 -n 127 > $R/tl_$t.log 2>&1
     python3 scripts/step_timeline.py $R/tl_$t.csv > $R/tl_$t.txt 2>&1; rm -f $R/tl_$t.csv
     echo "timeline $off: $(tail -n1 $R/tl_$t.log | awk -F'|' '{print $10}') tok/s"; head -16 $R/tl_$t.txt; tail -14 $R/tl_$t.txt
+  done
+fi
+if has attn; then  # (thirty-fourth session) B1: bench attention --quick (ATTN_CONTEXTS), defaults and each ATTN_VARS item
+  for off in none ${ATTN_VARS:-}; do
+    t=attn_$(tag_of $off)
+    env $(assign $off) timeout 200 $(bin_of $off) bench attention --quick ${ATTN_CONTEXTS:+--contexts $ATTN_CONTEXTS} \
+      --json-out $R/$t.json > $R/$t.log 2>&1
+    echo "$t rc=$?"; grep -E "^\|" $R/$t.log | head -24
   done
 fi
 if has atl; then  # the decode attention's phases in the step (ATL_BIN: a -DMVLLM_ATTN_TIMELINE=ON build, carried)
