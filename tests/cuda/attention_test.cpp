@@ -241,6 +241,47 @@ TEST(CudaAttention, DecodePlanClustersShortSplitsInOneWave) {
     EXPECT_EQ(inv.split.n_splits, 8);
 }
 
+// With one_cluster_tokens, a row whose plan would take several clusters (merged again in global
+// memory) keeps one cluster of longer splits, while those stay within the limit and the clusters
+// fit one wave; every other plan is the one without the rule.
+TEST(CudaAttention, DecodePlanKeepsARowInOneClusterUpToTheLimit) {
+    struct Case {
+        int32_t rows, ctas_per_row, context, slots, cluster_slots;
+        int32_t want_split_tokens;  // 0: the plan without the rule
+    };
+    const Case cases[] = {
+        {1, 2, 4096, 264, 240, 512},    // 0.5B, 4,096 bucket: 8 splits of 512, not 4 clusters of 128
+        {1, 2, 2048, 264, 240, 256},    // 0.5B, 2,048 bucket
+        {1, 4, 4096, 132, 120, 512},    // 7B, 4,096 bucket: 32 CTAs
+        {1, 4, 4000, 132, 120, 512},    // split lengths round up to whole 16-token steps (500 -> 512)
+        {1, 2, 8192, 264, 240, 0},      // 1,024-token splits: over the limit
+        {1, 4, 512, 132, 120, 0},       // already one cluster
+        {16, 4, 4096, 132, 120, 0},     // 512 CTAs in clusters: not one wave
+        {16, 2, 4096, 264, 240, 0},
+        {1, 2, 32768, 264, 240, 0},
+    };
+    for (const Case& c : cases) {
+        const cuda::DecodePlan with = cuda::plan_decode(c.rows, c.ctas_per_row, c.context, c.slots, c.cluster_slots,
+                                                        256, 128, 2, false, 512);
+        const cuda::DecodePlan without = cuda::plan_decode(c.rows, c.ctas_per_row, c.context, c.slots,
+                                                           c.cluster_slots, 256, 128, 2, false, 0);
+        if (c.want_split_tokens == 0) {
+            EXPECT_EQ(with.cluster, without.cluster) << c.rows << " x " << c.context;
+            EXPECT_EQ(with.split.n_splits, without.split.n_splits) << c.rows << " x " << c.context;
+            EXPECT_EQ(with.split.split_tokens, without.split.split_tokens) << c.rows << " x " << c.context;
+        } else {
+            EXPECT_GT(without.split.n_splits, cuda::kMaxDecodeCluster) << c.rows << " x " << c.context;
+            EXPECT_EQ(with.cluster, cuda::kMaxDecodeCluster) << c.rows << " x " << c.context;
+            EXPECT_EQ(with.split.n_splits, cuda::kMaxDecodeCluster) << c.rows << " x " << c.context;
+            EXPECT_EQ(with.split.split_tokens, c.want_split_tokens) << c.rows << " x " << c.context;
+        }
+    }
+    // Only the default cluster mode takes the rule; batch-invariant plans never do.
+    EXPECT_EQ(cuda::plan_decode(1, 2, 4096, 264, 240, 256, 128, 1, false, 512).cluster, 1);
+    EXPECT_EQ(cuda::plan_decode(1, 2, 4096, 264, 240, 256, 128, 2, true, 512).split.split_tokens,
+              cuda::kInvariantSplitTokens);
+}
+
 // Decode rows whose splits merge through thread-block clusters (short splits: a tile per warp):
 // one cluster per row (the mixed batches above), and here clusters of 8 whose results merge in
 // global memory, with a partly active last cluster (4000 and 1500 tokens: 32 and 12 of 32 / 16

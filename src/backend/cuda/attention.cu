@@ -522,7 +522,7 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     static const int cluster_slots = decode_cluster_slots<HD, KT, W, Tma>(mma_decode::kMaxClusterSplits);
     DecodePlan plan = plan_decode(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context, n_sms * ctas_per_sm,
                                   cluster_slots, 2 * W * mma_decode::kTile, min_split_tokens(W),
-                                  cluster_merge_mode(), batch_invariant);
+                                  cluster_merge_mode(), batch_invariant, one_cluster_tokens());
     // MVLLM_ATTN_SPLITS=n (measurements only): n splits of whole tiles per row, no clusters.
     static const int32_t forced_splits = env_int("MVLLM_ATTN_SPLITS", 0);
     if (forced_splits > 0 && !batch_invariant) {

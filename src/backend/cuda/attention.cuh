@@ -71,8 +71,9 @@ FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context
 // thread-block cluster that merges through shared memory (1: none; n_splits is a multiple of it).
 // n_slots: CTAs resident at once; cluster_slots: CTAs resident at once in clusters of
 // kMaxDecodeCluster (0: none); short_split: the longest split that clusters take (two tiles per
-// warp); mode: MVLLM_ATTN_CLUSTER (0 never, 1 one level, 2 the default, 3 any plan). Host rule,
-// no GPU needed.
+// warp); mode: MVLLM_ATTN_CLUSTER (0 never, 1 one level, 2 the default, 3 any plan);
+// one_cluster_tokens: with mode 2, the longest split of a plan that lengthens its splits to keep a
+// row in one cluster (0: never). Host rule, no GPU needed.
 constexpr int32_t kMaxDecodeCluster = 8;
 // The most splits of a plan without clusters (plan_decode): one chunk of the split merge
 // (attention_merge.cuh's kMergeChunk).
@@ -83,7 +84,10 @@ struct DecodePlan {
 };
 DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
                        int32_t cluster_slots, int32_t short_split, int32_t min_split_tokens, int mode,
-                       bool batch_invariant);
+                       bool batch_invariant, int32_t one_cluster_tokens = 0);
+// plan_decode's one_cluster_tokens for the decode kernel: MVLLM_ATTN_ONE_CLUSTER_TOKENS (0 off),
+// default 512.
+int32_t one_cluster_tokens();
 
 // Whether the fused F16/BF16 path sends the batch's prefill chunks to the tiled prefill kernel:
 // a sequence of the batch has at least 64 / group query rows, not batch-invariant, and

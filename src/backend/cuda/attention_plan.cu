@@ -5,6 +5,7 @@
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/env.h"
 
 namespace mvllm::cuda {
 
@@ -44,9 +45,14 @@ FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context
     return s;
 }
 
+int32_t one_cluster_tokens() {
+    static const int32_t tokens = std::max(0, env_int("MVLLM_ATTN_ONE_CLUSTER_TOKENS", 512));
+    return tokens;
+}
+
 DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
                        int32_t cluster_slots, int32_t short_split, int32_t min_split_tokens, int mode,
-                       bool batch_invariant) {
+                       bool batch_invariant, int32_t one_cluster_tokens) {
     DecodePlan plan;
     // Batch-invariant: the fixed split positions of fused_split (the in-kernel merges walk a row's
     // active splits in order, so a row's result depends on its own context only).
@@ -74,6 +80,22 @@ DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_conte
     // single CTAs): plans of several waves of clusters measured up to three times slower (7B at
     // 32K 25.8 -> 49.3 us, 16 x 4K 42 -> 125; bench/NOTES.md, thirteenth session).
     const bool any_plan = mode == 3;  // measurements only: clusters for any split length and wave count
+    // One cluster of longer splits where the plan would take more splits than a cluster holds (so
+    // several clusters a row, merged again in global memory), as long as a split stays within
+    // one_cluster_tokens and the clusters fit one wave: the global merge (fence, counter, the last
+    // CTA's pass over the parts) costs more than a few more tiles a warp. 0.5B after 2,048 tokens
+    // (the 4,096 bucket: 32 splits of 128, four clusters, or 8 of 512 in one) on the H100:
+    // 1,540 -> 1,696 tok/s (bench/NOTES.md, thirty-fourth session).
+    if (mode == 2 && one_cluster_tokens > 0 && cluster_slots > 0 && plan.split.n_splits > kMaxDecodeCluster) {
+        const int32_t tokens = static_cast<int32_t>(ceil_div(ceil_div(max_context, kMaxDecodeCluster), 16) * 16);
+        if (tokens <= one_cluster_tokens &&
+            static_cast<int64_t>(n_rows) * n_ctas_per_row * kMaxDecodeCluster <= cluster_slots) {
+            plan.split.split_tokens = tokens;
+            plan.split.n_splits = kMaxDecodeCluster;
+            plan.cluster = kMaxDecodeCluster;
+            return plan;
+        }
+    }
     if (mode == 0 || cluster_slots <= 0 || plan.split.n_splits <= 1 ||
         (plan.split.split_tokens > short_split && !any_plan))
         return plain();
