@@ -282,19 +282,23 @@ TEST(CudaAttention, DecodePlanKeepsARowInOneClusterUpToTheLimit) {
               cuda::kInvariantSplitTokens);
 }
 
-// Decode rows whose splits merge through thread-block clusters (short splits: a tile per warp):
-// one cluster per row (the mixed batches above), and here clusters of 8 whose results merge in
-// global memory, with a partly active last cluster (4000 and 1500 tokens: 32 and 12 of 32 / 16
-// splits) and F16 / BF16 output.
+// Decode rows whose splits merge through thread-block clusters: one cluster per row (the mixed
+// batches above; here rows of up to 4,096 tokens, whose plan keeps one cluster of longer splits),
+// and, with that rule off, clusters of 8 whose results merge in global memory, with a partly
+// active last cluster (4000 and 1500 tokens: 32 and 12 of 32 / 16 splits); F16 / BF16 output.
 TEST(CudaAttention, ClusterMergesMatchReference) {
     MVLLM_REQUIRE_GPU();
     uint64_t seed = 1500;
-    for (DType kv : {DType::F16, DType::BF16}) {
-        run_case(CudaAttentionVariant::Fused, kv, DType::F32, kGeometries[1], {{4000, 1}}, 16, seed++);
-        run_case(CudaAttentionVariant::Fused, kv, DType::F16, kGeometries[0], {{2000, 1}, {1500, 1}}, 16, seed++);
-        run_case(CudaAttentionVariant::Fused, kv, DType::BF16, kGeometries[1], {{600, 1}, {130, 1}}, 16, seed++);
-        run_case(CudaAttentionVariant::Fused, kv, DType::F32, kGeometries[1], {{40, 1}, {17, 1}}, 16, seed++);  // one split
+    for (int one_cluster : {-1, 0}) {
+        cuda::force_one_cluster_tokens(one_cluster);
+        for (DType kv : {DType::F16, DType::BF16}) {
+            run_case(CudaAttentionVariant::Fused, kv, DType::F32, kGeometries[1], {{4000, 1}}, 16, seed++);
+            run_case(CudaAttentionVariant::Fused, kv, DType::F16, kGeometries[0], {{2000, 1}, {1500, 1}}, 16, seed++);
+            run_case(CudaAttentionVariant::Fused, kv, DType::BF16, kGeometries[1], {{600, 1}, {130, 1}}, 16, seed++);
+            run_case(CudaAttentionVariant::Fused, kv, DType::F32, kGeometries[1], {{40, 1}, {17, 1}}, 16, seed++);  // one split
+        }
     }
+    cuda::force_one_cluster_tokens(-1);
 }
 
 // A long context in a plain plan of many splits (the 0.5B geometry at 32K tokens: on the H200, 64

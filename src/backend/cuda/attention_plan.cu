@@ -45,9 +45,15 @@ FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context
     return s;
 }
 
+namespace {
+int32_t g_forced_one_cluster_tokens = -1;
+}  // namespace
+
+void force_one_cluster_tokens(int32_t tokens) { g_forced_one_cluster_tokens = tokens; }
+
 int32_t one_cluster_tokens() {
     static const int32_t tokens = std::max(0, env_int("MVLLM_ATTN_ONE_CLUSTER_TOKENS", 512));
-    return tokens;
+    return g_forced_one_cluster_tokens >= 0 ? g_forced_one_cluster_tokens : tokens;
 }
 
 DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
