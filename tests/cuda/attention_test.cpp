@@ -283,13 +283,13 @@ TEST(CudaAttention, DecodePlanKeepsARowInOneClusterUpToTheLimit) {
 }
 
 // Decode rows whose splits merge through thread-block clusters: one cluster per row (the mixed
-// batches above; here rows of up to 4,096 tokens, whose plan keeps one cluster of longer splits),
-// and, with that rule off, clusters of 8 whose results merge in global memory, with a partly
+// batches above; here rows of up to 4,096 tokens, whose plan with one_cluster_tokens = 512 keeps one
+// cluster of longer splits), and, with that rule off, clusters of 8 whose results merge in global memory, with a partly
 // active last cluster (4000 and 1500 tokens: 32 and 12 of 32 / 16 splits); F16 / BF16 output.
 TEST(CudaAttention, ClusterMergesMatchReference) {
     MVLLM_REQUIRE_GPU();
     uint64_t seed = 1500;
-    for (int one_cluster : {-1, 0}) {
+    for (int one_cluster : {512, 0}) {
         cuda::force_one_cluster_tokens(one_cluster);
         for (DType kv : {DType::F16, DType::BF16}) {
             run_case(CudaAttentionVariant::Fused, kv, DType::F32, kGeometries[1], {{4000, 1}}, 16, seed++);
