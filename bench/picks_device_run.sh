@@ -12,7 +12,7 @@
 #          greedy (base); ncu of the draw's race kernel in a 256-row step, base and new
 #   decode (thirty-second session) batch-1 `bench decode` after 512 tokens, 0.5B and 7B q4_0, the new
 #          binary with its defaults and with each switch of AB_VARS set to 0, in turn, two rounds
-#          (DEC_MODELS="0.5b 7b" by default; ROUNDS=2; DEC_PROMPT=512); an AB_VARS item VAR=VALUE[,VAR2=VALUE2] sets those values instead
+#          (DEC_MODELS="0.5b 7b" by default; ROUNDS=2; DEC_PROMPT=512, or several: "1024 2048"); an AB_VARS item VAR=VALUE[,VAR2=VALUE2] sets those values instead
 #   timeline the step timeline (a -DMVLLM_STEP_TIMELINE=ON binary: TIMELINE_BIN=path.xz, carried,
 #          built here for sm_90; without it, built there in build-tl/) of 0.5B batch-1 decode after
 #          512 tokens, with each AB_VARS switch at its default and at 0; scripts/step_timeline.py
@@ -22,7 +22,8 @@
 #   atl    (thirty-third session) the decode attention's phase timeline (ATL_BIN, a -DMVLLM_ATTN_TIMELINE=ON
 #          build carried xz-compressed) in batch-1 decode after ATL_PROMPT (512) tokens, DEC_MODELS,
 #          with the defaults and each ATL_VARS item; scripts/attention_timeline.py summarises
-# NEW_BIN=path.xz: the new binary built here for sm_90 and carried (no build there; no test stage).
+# NEW_BIN=path.xz: the new binary built here for sm_90 and carried (no build there; the test stage
+# then needs TEST_BIN=path.xz, a carried test_cuda).
 # Usage (repo root, .devdeps and .carry carried): OUT=dir STAGES="test b4b lp" bash bench/picks_device_run.sh
 # Without .carry/mvllm-base.xz the stages that compare with the base binary run the new one only.
 set -u -o pipefail
@@ -34,6 +35,9 @@ trap 'tar czf "$OUT/r.tgz" -C "$OUT" r 2>/dev/null; rm -rf "$R"' EXIT  # one fil
 mkdir -p bin
 if [ -n "${NEW_BIN:-}" ]; then  # a binary of this tree built on the build machine (sm_90), xz-compressed
   source scripts/device_deps.sh unpack > /dev/null 2>&1
+  # LIB_TXZ=path: the runtime libraries (lib/ in a tar.xz) instead of a carried .devdeps
+  [ -z "${LIB_TXZ:-}" ] || { mkdir -p /tmp/carried && tar xJf "$LIB_TXZ" -C /tmp/carried &&
+    export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/tmp/carried/lib; }
   xz -dc "$NEW_BIN" > bin/mvllm-new && chmod +x bin/mvllm-new
 else
   CUDA_ARCH=90 OUT=$R/build STAGES=build bash bench/h200_run.sh 2>&1 | tail -2
@@ -50,8 +54,10 @@ tag_of() { local t=${1//=/_}; echo "${t//,/_}"; }
 if [ -f .carry/mvllm-base.xz ]; then xz -dc .carry/mvllm-base.xz > bin/mvllm-base && chmod +x bin/mvllm-base
 else ln -sf mvllm-new bin/mvllm-base; fi
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
-if has test; then
-  timeout 240 build-gpu/bin/test_cuda > $R/test_cuda.log 2>&1; echo "test_cuda rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/test_cuda.log | tr '\n' ' ')"
+if has test; then  # TEST_BIN=path.xz: a test_cuda built here for sm_90 and carried
+  tc=build-gpu/bin/test_cuda
+  [ -z "${TEST_BIN:-}" ] || { xz -dc "$TEST_BIN" > bin/test_cuda && chmod +x bin/test_cuda && tc=bin/test_cuda; }
+  timeout 240 $tc > $R/test_cuda.log 2>&1; echo "test_cuda rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/test_cuda.log | tr '\n' ' ')"
   grep -E "FAILED|Failure" $R/test_cuda.log | head -20
 fi
 M=/tmp/mvllm-models/qwen2.5-0.5b-q4_0.gguf; mkdir -p /tmp/mvllm-models
@@ -108,13 +114,15 @@ if has decode; then
   [[ "${DEC_MODELS:-0.5b 7b}" != *7b* ]] || [ -f $M7 ] ||
     timeout 200 bin/mvllm-new make-model $M7 --preset qwen2.5-7b --type q4_0 > /dev/null 2>&1
   models=""; for s in ${DEC_MODELS:-0.5b 7b}; do [ $s = 7b ] && models="$models $M7" || models="$models $M"; done
-  for round in $(seq ${ROUNDS:-2}); do
-    for off in none ${AB_VARS:-MVLLM_SWIGLU_QX}; do
-      for m in $models; do
-        tag=dec_$(basename $m .gguf)_${DEC_PROMPT:-512}_$(tag_of $off)_$round
-        env $(assign $off) timeout 90 $(bin_of $off) bench decode -m $m --device cuda --kv-dtype f16 \
-          --prompt-len ${DEC_PROMPT:-512} -n 127 --repeat 3 --json-out $R/$tag.json > $R/$tag.log 2>&1
-        echo "$tag: $(tail -n1 $R/$tag.log)"
+  for p in ${DEC_PROMPT:-512}; do  # one prompt length or several ("1024 2048 4096")
+    for round in $(seq ${ROUNDS:-2}); do
+      for off in none ${AB_VARS:-MVLLM_SWIGLU_QX}; do
+        for m in $models; do
+          tag=dec_$(basename $m .gguf)_${p}_$(tag_of $off)_$round
+          env $(assign $off) timeout 90 $(bin_of $off) bench decode -m $m --device cuda --kv-dtype f16 \
+            --prompt-len $p -n 127 --repeat 3 --json-out $R/$tag.json > $R/$tag.log 2>&1
+          echo "$tag: $(tail -n1 $R/$tag.log)"
+        done
       done
     done
   done
