@@ -12,16 +12,12 @@ namespace mvllm::cuda {
 namespace {
 
 // Reads x (n_blocks 32-value blocks, one warp each); writes q. Launch: grid ceil(n_blocks / 8), 256.
-// late_trigger: the next kernel launches once this thread's value of x has arrived, not on entry.
-__global__ void quantize_qx_kernel(const void* x, DType x_type, QxView q, int64_t n_blocks, int late_trigger) {
-    if (!late_trigger) pdl_trigger();
-    pdl_wait();
+__global__ void quantize_qx_kernel(const void* x, DType x_type, QxView q, int64_t n_blocks) {
+    pdl_begin();
     const int64_t b = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
     if (b >= n_blocks) return;
     const int lane = threadIdx.x & 31;
-    const float v = load_any(x, x_type, b * 32 + lane);
-    if (late_trigger) pdl_trigger_after(v);
-    write_qx_block(q, b, lane, v);
+    write_qx_block(q, b, lane, load_any(x, x_type, b * 32 + lane));
 }
 
 // Reads: x row blockIdx.x, weight. Writes: xn row (as rms_norm_kernel) and its QX blocks. A row
@@ -73,10 +69,7 @@ void launch_quantize_qx(const TensorView& x, const QxView& qx, cudaStream_t stre
     MVLLM_CHECK(x.ne[0] == qx.n_in && x.ne[1] == qx.n_rows && qx.n_in % 32 == 0) << "quantize_qx shape";
     const int64_t n_blocks = qx.n_in / 32 * qx.n_rows;
     if (n_blocks == 0) return;
-    // MVLLM_QX_TRIGGER=1 (measurements only): the next kernel launches once x has arrived.
-    static const int late_trigger = env_int("MVLLM_QX_TRIGGER", 0) == 1 ? 1 : 0;
-    launch_pdl(quantize_qx_kernel, static_cast<unsigned>(ceil_div(n_blocks, 8)), 256, 0, stream, x.data, x.type, qx,
-               n_blocks, late_trigger);
+    launch_pdl(quantize_qx_kernel, static_cast<unsigned>(ceil_div(n_blocks, 8)), 256, 0, stream, x.data, x.type, qx, n_blocks);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
