@@ -254,7 +254,9 @@ TEST(CudaAttention, DecodePlanKeepsARowInOneClusterUpToTheLimit) {
         {1, 2, 2048, 264, 240, 256},    // 0.5B, 2,048 bucket
         {1, 4, 4096, 132, 120, 512},    // 7B, 4,096 bucket: 32 CTAs
         {1, 4, 4000, 132, 120, 512},    // split lengths round up to whole 16-token steps (500 -> 512)
-        {1, 2, 8192, 264, 240, 0},      // 1,024-token splits: over the limit
+        {1, 2, 8192, 264, 240, 1024},   // 0.5B, 8,192 bucket: 8 splits of 1,024
+        {8, 2, 4096, 264, 240, 512},    // 8 rows x 2 CTAs x 8: 128 of the 240 cluster slots
+        {1, 2, 16384, 264, 240, 0},     // 2,048-token splits: over the limit
         {1, 4, 512, 132, 120, 0},       // already one cluster
         {16, 4, 4096, 132, 120, 0},     // 512 CTAs in clusters: not one wave
         {16, 2, 4096, 264, 240, 0},
@@ -262,7 +264,7 @@ TEST(CudaAttention, DecodePlanKeepsARowInOneClusterUpToTheLimit) {
     };
     for (const Case& c : cases) {
         const cuda::DecodePlan with = cuda::plan_decode(c.rows, c.ctas_per_row, c.context, c.slots, c.cluster_slots,
-                                                        256, 128, 2, false, 512);
+                                                        256, 128, 2, false, 1024);
         const cuda::DecodePlan without = cuda::plan_decode(c.rows, c.ctas_per_row, c.context, c.slots,
                                                            c.cluster_slots, 256, 128, 2, false, 0);
         if (c.want_split_tokens == 0) {
@@ -277,22 +279,23 @@ TEST(CudaAttention, DecodePlanKeepsARowInOneClusterUpToTheLimit) {
         }
     }
     // Only the default cluster mode takes the rule; batch-invariant plans never do.
-    EXPECT_EQ(cuda::plan_decode(1, 2, 4096, 264, 240, 256, 128, 1, false, 512).cluster, 1);
-    EXPECT_EQ(cuda::plan_decode(1, 2, 4096, 264, 240, 256, 128, 2, true, 512).split.split_tokens,
+    EXPECT_EQ(cuda::plan_decode(1, 2, 4096, 264, 240, 256, 128, 1, false, 1024).cluster, 1);
+    EXPECT_EQ(cuda::plan_decode(1, 2, 4096, 264, 240, 256, 128, 2, true, 1024).split.split_tokens,
               cuda::kInvariantSplitTokens);
 }
 
 // Decode rows whose splits merge through thread-block clusters: one cluster per row (the mixed
-// batches above; here rows of up to 4,096 tokens, whose plan with one_cluster_tokens = 512 keeps
-// one cluster of longer splits), and, with that rule off, clusters of 8 whose results merge in
+// batches above; here rows of up to 7,000 tokens, whose plan with one_cluster_tokens = 1,024 (the
+// default) keeps one cluster of longer splits), and, with that rule off, clusters of 8 whose results merge in
 // global memory, with a partly active last cluster (4000 and 1500 tokens: 32 and 12 of 32 / 16
 // splits); F16 / BF16 output.
 TEST(CudaAttention, ClusterMergesMatchReference) {
     MVLLM_REQUIRE_GPU();
     uint64_t seed = 1500;
-    for (int one_cluster : {512, 0}) {
+    for (int one_cluster : {1024, 0}) {
         cuda::force_one_cluster_tokens(one_cluster);
         for (DType kv : {DType::F16, DType::BF16}) {
+            run_case(CudaAttentionVariant::Fused, kv, DType::F16, kGeometries[0], {{7000, 1}}, 16, seed++);
             run_case(CudaAttentionVariant::Fused, kv, DType::F32, kGeometries[1], {{4000, 1}}, 16, seed++);
             run_case(CudaAttentionVariant::Fused, kv, DType::F16, kGeometries[0], {{2000, 1}, {1500, 1}}, 16, seed++);
             run_case(CudaAttentionVariant::Fused, kv, DType::BF16, kGeometries[1], {{600, 1}, {130, 1}}, 16, seed++);

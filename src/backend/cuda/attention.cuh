@@ -85,9 +85,8 @@ struct DecodePlan {
 DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
                        int32_t cluster_slots, int32_t short_split, int32_t min_split_tokens, int mode,
                        bool batch_invariant, int32_t one_cluster_tokens = 0);
-// plan_decode's one_cluster_tokens for the decode kernel: MVLLM_ATTN_ONE_CLUSTER_TOKENS, default 0
-// (off: not yet run through the GPU tests). force_one_cluster_tokens(n >= 0) overrides it (tests),
-// -1 restores it.
+// plan_decode's one_cluster_tokens for the decode kernel: MVLLM_ATTN_ONE_CLUSTER_TOKENS, default
+// 1,024 (0: off). force_one_cluster_tokens(n >= 0) overrides it (tests), -1 restores it.
 int32_t one_cluster_tokens();
 void force_one_cluster_tokens(int32_t tokens);
 

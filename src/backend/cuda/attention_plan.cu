@@ -52,7 +52,7 @@ int32_t g_forced_one_cluster_tokens = -1;
 void force_one_cluster_tokens(int32_t tokens) { g_forced_one_cluster_tokens = tokens; }
 
 int32_t one_cluster_tokens() {
-    static const int32_t tokens = std::max(0, env_int("MVLLM_ATTN_ONE_CLUSTER_TOKENS", 0));
+    static const int32_t tokens = std::max(0, env_int("MVLLM_ATTN_ONE_CLUSTER_TOKENS", 1024));
     return g_forced_one_cluster_tokens >= 0 ? g_forced_one_cluster_tokens : tokens;
 }
 
@@ -91,8 +91,9 @@ DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_conte
     // one_cluster_tokens and the clusters fit one wave: the global merge (fence, counter, the last
     // CTA's pass over the parts) costs more than a few more tiles a warp. 0.5B after 2,048 tokens
     // (the 4,096 bucket: 32 splits of 128, four clusters, or 8 of 512 in one) on the H100:
-    // 1,540 -> 1,696 tok/s (bench/NOTES.md, thirty-fourth session). Off by default until its
-    // parity tests (ClusterMergesMatchReference) have run on a GPU.
+    // 1,540 -> 1,696 tok/s; batch-1 decode on the H100 at the 2K / 4K / 8K buckets, 0.5B +12 / +10
+    // / +6 %, 7B +4 % each (bench/NOTES.md, thirty-fifth session). Splits of 2,048 (the 16K
+    // bucket) lose: B1 7B at 16K 17.0 -> 25.7 us.
     if (mode == 2 && one_cluster_tokens > 0 && cluster_slots > 0 && plan.split.n_splits > kMaxDecodeCluster) {
         const int32_t tokens = static_cast<int32_t>(ceil_div(ceil_div(max_context, kMaxDecodeCluster), 16) * 16);
         if (tokens <= one_cluster_tokens &&
