@@ -441,7 +441,7 @@ int32_t min_split_tokens(int warps) {
 // split merge in place of the warp merge (MVLLM_ATTN_MERGE=chunked) or its 8-part groups
 // (MVLLM_ATTN_MERGE=x8), the split count's earlier fences (MVLLM_ATTN_FENCE=sc), where it lets
 // the next kernel launch (MVLLM_ATTN_TRIGGER: 0 on entry, 1 after Q, 2 after the tiles, 3 after
-// the warp merge), Q's code run once before the wait (MVLLM_ATTN_WARM=1), and each row's context spread over all the splits unless batch-invariant
+// the warp merge), and each row's context spread over all the splits unless batch-invariant
 // (MVLLM_ATTN_ROW_SPLITS=0: fixed positions; measurements only). The trigger after Q is the default
 // where the matmuls are GEMVs (up to kGemvMaxColumns rows; batch 1 +3.5 % on the H200, NOTES,
 // thirty-third session); larger batches, not measured with it, trigger on entry.
@@ -452,16 +452,17 @@ int decode_flags(bool batch_invariant, int32_t n_rows) {
         if (v && std::strcmp(v, "x8") == 0) return mma_decode::kMergeGroup8Flag;
         return 0;
     }();
-    static const char* fence_v = std::getenv("MVLLM_ATTN_FENCE");
-    static const int fence = fence_v && std::strcmp(fence_v, "sc") == 0 ? mma_decode::kScFence : 0;
-    static const int warm = env_int("MVLLM_ATTN_WARM", 0) ? mma_decode::kWarmQ : 0;
+    static const int fence = [] {
+        const char* v = std::getenv("MVLLM_ATTN_FENCE");
+        return v && std::strcmp(v, "sc") == 0 ? mma_decode::kScFence : 0;
+    }();
     static const bool row_splits = env_on("MVLLM_ATTN_ROW_SPLITS");
     static const int forced = env_int("MVLLM_ATTN_TRIGGER", -1);
     constexpr int kTriggers[] = {0, mma_decode::kTriggerAfterQ, mma_decode::kTriggerAfterTiles,
                                  mma_decode::kTriggerAfterMerge};
     const int mode = forced >= 0 ? forced : n_rows <= kGemvMaxColumns ? 1 : 0;
     const int trigger = mode < 4 ? kTriggers[mode] : 0;
-    return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | merge | fence | trigger | warm |
+    return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | merge | fence | trigger |
            (row_splits && !batch_invariant ? mma_decode::kRowSplits : 0);
 }
 

@@ -228,12 +228,12 @@ template <int HD>
 __device__ __forceinline__ float2 raw_q_pair(const float* head_row, const float* head_bias, const float2* rot, int d) {
     constexpr int kHalf = HD / 2;
     const int i = d % kHalf;  // even: the float4 at row 2i holds pairs i and i + 1, as does rot's at i
-    float4 x = __ldcg(reinterpret_cast<const float4*>(head_row + 2 * i));  // an earlier kernel's output: L2
+    float4 x = *reinterpret_cast<const float4*>(head_row + 2 * i);
     if (head_bias) {
         const float4 b = *reinterpret_cast<const float4*>(head_bias + 2 * i);
         x.x = x.x + b.x, x.y = x.y + b.y, x.z = x.z + b.z, x.w = x.w + b.w;
     }
-    const float4 cs = __ldcg(reinterpret_cast<const float4*>(rot + i));
+    const float4 cs = *reinterpret_cast<const float4*>(rot + i);
     const float2 r0 = rope_rotate(x.x, x.y, make_float2(cs.x, cs.y)), r1 = rope_rotate(x.z, x.w, make_float2(cs.z, cs.w));
     return d < kHalf ? make_float2(r0.x, r1.x) : make_float2(r0.y, r1.y);
 }
@@ -258,16 +258,15 @@ struct NewKv {
         for (int j = 0; j < kPairs; ++j) {
             const int i = lane + 32 * j;
             if (i >= kHalf) break;
-            cs[j] = __ldcg(rot + i);  // rot, raw_k and raw_v are earlier kernels' output: through L2 only
-            const float2 kp = __ldcg(reinterpret_cast<const float2*>(raw_k + 2 * i));
-            k[j][0] = bias_k ? kp.x + bias_k[2 * i] : kp.x;
-            k[j][1] = bias_k ? kp.y + bias_k[2 * i + 1] : kp.y;
+            cs[j] = rot[i];
+            k[j][0] = bias_k ? raw_k[2 * i] + bias_k[2 * i] : raw_k[2 * i];
+            k[j][1] = bias_k ? raw_k[2 * i + 1] + bias_k[2 * i + 1] : raw_k[2 * i + 1];
         }
 #pragma unroll
         for (int j = 0; j < kValues; ++j) {
             const int d = lane + 32 * j;
             if (d >= HD) break;
-            v[j] = bias_v ? __ldcg(raw_v + d) + bias_v[d] : __ldcg(raw_v + d);
+            v[j] = bias_v ? raw_v[d] + bias_v[d] : raw_v[d];
         }
     }
     __device__ __forceinline__ void rotate(int lane) {
@@ -343,7 +342,7 @@ struct NewKv {
 // its warps are merged, instead of on entry, so that the later kernels' early weight loads do not
 // compete with this kernel's first loads after the wait.
 constexpr int kEarlyTiles = 1, kChunkedMerge = 2, kRowSplits = 4, kScFence = 8, kMergeGroup8Flag = 16,
-              kTriggerAfterQ = 32, kTriggerAfterTiles = 64, kTriggerAfterMerge = 128, kWarmQ = 256;
+              kTriggerAfterQ = 32, kTriggerAfterTiles = 64, kTriggerAfterMerge = 128;
 
 // atomicAdd with acquire-release semantics at GPU scope.
 __device__ __forceinline__ int32_t atomic_add_acq_rel(int32_t* p, int32_t v) {
@@ -438,6 +437,15 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
             prefetch_tile<HD>(kc, vc, paged, t_begin + (s * W + warp) * kTile, t_end, lane);
     }
     tl.mark(2);
+    pdl_wait();
+    tl.mark(3);
+    // The first tiles not loaded before the wait (those holding the step's new tokens) start
+    // before Q is read, so that their round trip and Q's overlap.
+    for (int32_t s = n_pre; s < kStages - 1; ++s) {
+        if (s < n_my) issue(s);
+        cp_async_commit();
+    }
+
     // raw: the warp whose tile holds the new token (the last of the context) takes its K/V from the
     // raw row (the loads start beside Q's) and, when that tile has landed, patches it in; the CTA of
     // the KV head's first head tile also stores it in the cache for later steps.
@@ -445,30 +453,16 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     const bool new_here = fold && t_begin <= last && t_end == ctx && new_tile % W == warp;
     NewKv<HD, KT> new_kv;
     const int64_t raw_width = static_cast<int64_t>(n_heads + 2 * n_kv) * HD;
+    if (new_here) {
+        const int64_t k_off = static_cast<int64_t>(n_heads + kv_head) * HD, v_off = k_off + static_cast<int64_t>(n_kv) * HD;
+        const float* raw_row = raw.qkv + row * raw_width;
+        new_kv.load(raw_row + k_off, raw_row + v_off, raw.bias ? raw.bias + k_off : nullptr,
+                    raw.bias ? raw.bias + v_off : nullptr, rot, lane);
+    }
+
     // Q as A fragments (rows = query heads, scaled to base 2); heads past n_g are zero.
     uint32_t qa[kK][4], qa_lo[Pack<KT>::kSplit ? kK : 1][4];
-    // kWarmQ: the code below (the new K/V's and Q's loads, Q's fragments) runs twice, first before
-    // the PDL wait on what q and the raw row hold then (stale; the values are dropped), so that its
-    // instructions are fetched while the CTA waits rather than after. Its loads of an earlier
-    // kernel's output go through L2 only (ld.cg), so the second pass cannot hit a stale L1 line.
-#pragma unroll 1
-    for (int pass = flags & kWarmQ ? 0 : 1; pass < 2; ++pass) {
-        if (pass == 1) {
-            pdl_wait();
-            tl.mark(3);
-            // The first tiles not loaded before the wait (those holding the step's new tokens)
-            // start before Q is read, so that their round trip and Q's overlap.
-            for (int32_t s = n_pre; s < kStages - 1; ++s) {
-                if (s < n_my) issue(s);
-                cp_async_commit();
-            }
-        }
-        if (new_here) {
-            const int64_t k_off = static_cast<int64_t>(n_heads + kv_head) * HD, v_off = k_off + static_cast<int64_t>(n_kv) * HD;
-            const float* raw_row = raw.qkv + row * raw_width;
-            new_kv.load(raw_row + k_off, raw_row + v_off, raw.bias ? raw.bias + k_off : nullptr,
-                        raw.bias ? raw.bias + v_off : nullptr, rot, lane);
-        }
+    {
         const float* q0 = fold ? raw.qkv + row * raw_width + static_cast<int64_t>(head0) * HD
                                : q + (static_cast<int64_t>(row) * n_heads + head0) * HD;
         const float* b0 = fold && raw.bias ? raw.bias + static_cast<int64_t>(head0) * HD : nullptr;
@@ -481,7 +475,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
                 float2 xy = make_float2(0.0f, 0.0f);
                 if (h < n_g)
                     xy = fold ? raw_q_pair<HD>(q0 + h * HD, b0 ? b0 + h * HD : nullptr, rot, d)
-                              : __ldcg(reinterpret_cast<const float2*>(q0 + h * HD + d));
+                              : *reinterpret_cast<const float2*>(q0 + h * HD + d);
                 const float x0 = xy.x * scale_log2, x1 = xy.y * scale_log2;
                 float rest[2];
                 qa[kk][r] = Pack<KT>::hi(x0, x1, rest);
