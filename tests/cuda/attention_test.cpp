@@ -284,52 +284,16 @@ TEST(CudaAttention, DecodePlanKeepsARowInOneClusterUpToTheLimit) {
               cuda::kInvariantSplitTokens);
 }
 
-// Where the device fits clusters of 16 in one wave (wide_cluster_slots), the one-cluster rule takes
-// 16 splits of half the length first, never shorter than the plan's shortest split; otherwise 8.
-TEST(CudaAttention, DecodePlanTakesAWideClusterFirst) {
-    struct Case {
-        int32_t rows, ctas_per_row, context, slots, cluster_slots, wide_slots;
-        int32_t want_cluster, want_split_tokens;  // want_cluster 0: the plan without the rule
-    };
-    const Case cases[] = {
-        {1, 2, 2048, 264, 240, 224, 16, 128},    // 0.5B, 2,048 bucket: 16 splits of 128, one cluster
-        {1, 2, 4096, 264, 240, 224, 16, 256},    // 4,096 bucket
-        {1, 2, 16384, 264, 240, 224, 16, 1024},  // 16,384 bucket: within the limit at 16 splits
-        {1, 4, 4096, 132, 120, 112, 16, 256},    // 7B: 64 CTAs
-        {8, 2, 4096, 264, 240, 224, 8, 512},     // 256 CTAs in clusters of 16: over the slots, so 8
-        {1, 2, 4096, 264, 240, 0, 8, 512},       // no wide clusters on this device
-        {1, 2, 32768, 264, 240, 224, 0, 0},      // 2,048-token splits even at 16: over the limit
-        {1, 2, 1024, 264, 240, 224, 0, 0},       // 8 splits: one cluster already
-    };
-    for (const Case& c : cases) {
-        const cuda::DecodePlan with = cuda::plan_decode(c.rows, c.ctas_per_row, c.context, c.slots, c.cluster_slots,
-                                                        256, 128, 2, false, 1024, c.wide_slots);
-        const cuda::DecodePlan without = cuda::plan_decode(c.rows, c.ctas_per_row, c.context, c.slots,
-                                                           c.cluster_slots, 256, 128, 2, false, 0, c.wide_slots);
-        if (c.want_cluster == 0) {
-            EXPECT_EQ(with.cluster, without.cluster) << c.rows << " x " << c.context;
-            EXPECT_EQ(with.split.n_splits, without.split.n_splits) << c.rows << " x " << c.context;
-            EXPECT_EQ(with.split.split_tokens, without.split.split_tokens) << c.rows << " x " << c.context;
-        } else {
-            EXPECT_EQ(with.cluster, c.want_cluster) << c.rows << " x " << c.context;
-            EXPECT_EQ(with.split.n_splits, c.want_cluster) << c.rows << " x " << c.context;
-            EXPECT_EQ(with.split.split_tokens, c.want_split_tokens) << c.rows << " x " << c.context;
-        }
-    }
-}
-
 // Decode rows whose splits merge through thread-block clusters: one cluster per row (the mixed
 // batches above; here rows of up to 7,000 tokens, whose plan with one_cluster_tokens = 1,024 (the
-// default) keeps one cluster of longer splits: 16 of them where the device launches such clusters
-// (wide_clusters), else 8), and, with that rule off, clusters of 8 whose results merge in
+// default) keeps one cluster of longer splits), and, with that rule off, clusters of 8 whose results merge in
 // global memory, with a partly active last cluster (4000 and 1500 tokens: 32 and 12 of 32 / 16
 // splits); F16 / BF16 output.
 TEST(CudaAttention, ClusterMergesMatchReference) {
     MVLLM_REQUIRE_GPU();
     uint64_t seed = 1500;
-    for (const auto& [one_cluster, wide] : {std::pair{1024, 1}, {1024, 0}, {0, 0}}) {
+    for (int one_cluster : {1024, 0}) {
         cuda::force_one_cluster_tokens(one_cluster);
-        cuda::force_wide_clusters(wide);
         for (DType kv : {DType::F16, DType::BF16}) {
             run_case(CudaAttentionVariant::Fused, kv, DType::F16, kGeometries[0], {{7000, 1}}, 16, seed++);
             run_case(CudaAttentionVariant::Fused, kv, DType::F32, kGeometries[1], {{4000, 1}}, 16, seed++);
@@ -339,7 +303,6 @@ TEST(CudaAttention, ClusterMergesMatchReference) {
         }
     }
     cuda::force_one_cluster_tokens(-1);
-    cuda::force_wide_clusters(-1);
 }
 
 // A long context in a plain plan of many splits (the 0.5B geometry at 32K tokens: on the H200, 64

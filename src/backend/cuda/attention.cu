@@ -412,8 +412,9 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
 // How the decode kernel may merge its splits through thread-block clusters (MVLLM_ATTN_CLUSTER,
 // for A/B measurements): 0 never (global memory and the split counter only), 1 when one cluster
 // holds all of a row's splits, 2 (default) also clusters of 8 whose results merge in global memory,
-// 3 as 2 but for splits of any length (measurements only: slower). Needs sm_90's cluster launch.
-static_assert(mma_decode::kMaxClusterSplits == kWideDecodeCluster, "one cluster limit");
+// 3 as 2 but for splits of any length (measurements only: slower, see decode_launch). Needs a
+// device that launches clusters (sm_90).
+static_assert(mma_decode::kMaxClusterSplits == kMaxDecodeCluster, "one cluster limit");
 static_assert(kMaxPlainSplits == mma_decode::kMergeChunk, "a plain plan's parts merge in one chunk");
 
 int cluster_merge_mode() {
@@ -477,8 +478,6 @@ int decode_ctas_per_sm() {
         MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>,
                                               cudaFuncAttributePreferredSharedMemoryCarveout,
                                               cudaSharedmemCarveoutMaxShared));
-        // Clusters of 16 (kWideDecodeCluster) where the device launches them (else its slots are 0).
-        if (cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) cudaGetLastError();
         int ctas = 0;
         MVLLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, mma_decode::decode_kernel<HD, KT, W, Tma>,
                                                                       W * 32, kShared));
@@ -497,9 +496,11 @@ int decode_cluster_slots(int size) {
     config.dynamicSmemBytes = mma_decode::shared_bytes<HD, KT, W, Tma>();
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim = {1u, 1u, static_cast<unsigned>(size)};
-    config.attrs = &attr, config.numAttrs = 1;
-    int n = 0;  // a size the device does not launch: 0
+    attr.val.clusterDim.x = attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = size;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    int n = 0;
     if (cudaOccupancyMaxActiveClusters(&n, mma_decode::decode_kernel<HD, KT, W, Tma>, &config) != cudaSuccess) n = 0;
     cudaGetLastError();
     return n * size;
@@ -518,11 +519,10 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     static const int ctas_per_sm = decode_ctas_per_sm<HD, KT, W, Tma>();
     const int32_t group = n_heads / kv.n_kv_heads;
     const int32_t n_tiles = (group + mma_decode::kHeadTile - 1) / mma_decode::kHeadTile;
-    static const int cluster_slots = decode_cluster_slots<HD, KT, W, Tma>(kMaxDecodeCluster);
-    static const int wide_slots = decode_cluster_slots<HD, KT, W, Tma>(kWideDecodeCluster);
+    static const int cluster_slots = decode_cluster_slots<HD, KT, W, Tma>(mma_decode::kMaxClusterSplits);
     DecodePlan plan = plan_decode(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context, n_sms * ctas_per_sm,
-                                  cluster_slots, 2 * W * mma_decode::kTile, min_split_tokens(W), cluster_merge_mode(),
-                                  batch_invariant, one_cluster_tokens(), wide_clusters() ? wide_slots : 0);
+                                  cluster_slots, 2 * W * mma_decode::kTile, min_split_tokens(W),
+                                  cluster_merge_mode(), batch_invariant, one_cluster_tokens());
     // MVLLM_ATTN_SPLITS=n (measurements only): n splits of whole tiles per row, no clusters.
     static const int32_t forced_splits = env_int("MVLLM_ATTN_SPLITS", 0);
     if (forced_splits > 0 && !batch_invariant) {

@@ -73,11 +73,8 @@ FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context
 // kMaxDecodeCluster (0: none); short_split: the longest split that clusters take (two tiles per
 // warp); mode: MVLLM_ATTN_CLUSTER (0 never, 1 one level, 2 the default, 3 any plan);
 // one_cluster_tokens: with mode 2, the longest split of a plan that lengthens its splits to keep a
-// row in one cluster (0: never); wide_cluster_slots: CTAs resident at once in clusters of
-// kWideDecodeCluster (a size beyond the portable 8 that sm_90 launches on request; 0: none), which
-// that rule takes first. Host rule, no GPU needed.
+// row in one cluster (0: never). Host rule, no GPU needed.
 constexpr int32_t kMaxDecodeCluster = 8;
-constexpr int32_t kWideDecodeCluster = 16;
 // The most splits of a plan without clusters (plan_decode): one chunk of the split merge
 // (attention_merge.cuh's kMergeChunk).
 constexpr int32_t kMaxPlainSplits = 64;
@@ -87,15 +84,11 @@ struct DecodePlan {
 };
 DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
                        int32_t cluster_slots, int32_t short_split, int32_t min_split_tokens, int mode,
-                       bool batch_invariant, int32_t one_cluster_tokens = 0, int32_t wide_cluster_slots = 0);
+                       bool batch_invariant, int32_t one_cluster_tokens = 0);
 // plan_decode's one_cluster_tokens for the decode kernel: MVLLM_ATTN_ONE_CLUSTER_TOKENS, default
 // 1,024 (0: off). force_one_cluster_tokens(n >= 0) overrides it (tests), -1 restores it.
 int32_t one_cluster_tokens();
 void force_one_cluster_tokens(int32_t tokens);
-// Whether the one-cluster rule may take clusters of kWideDecodeCluster: MVLLM_ATTN_WIDE_CLUSTER
-// (default 0 until measured). force_wide_clusters(0 | 1) overrides it (tests), -1 restores it.
-bool wide_clusters();
-void force_wide_clusters(int on);
 
 // Whether the fused F16/BF16 path sends the batch's prefill chunks to the tiled prefill kernel:
 // a sequence of the batch has at least 64 / group query rows, not batch-invariant, and

@@ -29,10 +29,9 @@ constexpr int kMergeChunk = 64;  // splits per round of the split merge (their (
 // 21.8 -> 18.6); with fewer (512 tokens: 4 splits) its extra barriers cost more than the serial
 // walk (6.5 -> 7.9 us).
 constexpr int kChunkedMergeMinSplits = 16;
-// Consecutive splits form thread-block clusters of up to this many CTAs (beyond the portable 8:
-// sm_90 launches 16 on request) that merge through distributed shared memory before (or instead
-// of) the global merge. cluster_merge<HD, N> reads up to N CTAs (8 or 16).
-constexpr int kMaxClusterSplits = 16;
+// Consecutive splits form thread-block clusters of up to this many CTAs (the portable maximum)
+// that merge through distributed shared memory before (or instead of) the global merge.
+constexpr int kMaxClusterSplits = 8;
 
 __device__ __forceinline__ float exp2_or_zero(float x, float m) { return m == -INFINITY ? 0.0f : exp2f(x - m); }
 
@@ -84,7 +83,7 @@ __device__ __forceinline__ void store_part(float* part_o, float* part_ml, int64_
 // until all have read it. The result (stored as the items are merged) is the output (`final`) or
 // the part's entry in the global partials. The arithmetic and its order (split by split) are those
 // of the few-part global merge.
-template <int HD, int N>
+template <int HD>
 __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s_max, const float* s_sum,
                                               int32_t n_g, int32_t n_active, int64_t head_row0, bool final,
                                               void* out, DType out_type, const QxView& qx, float* part_o,
@@ -99,9 +98,9 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
     for (int32_t idx = static_cast<int32_t>(cluster.block_rank() * blockDim.x + threadIdx.x); idx < n_g * HD;
          idx += stride) {
         const int head = idx / HD;
-        float ms[N], ls[N], os[N];
+        float ms[kMaxClusterSplits], ls[kMaxClusterSplits], os[kMaxClusterSplits];
 #pragma unroll
-        for (int s = 0; s < N; ++s) {
+        for (int s = 0; s < kMaxClusterSplits; ++s) {
             const bool on = s < n_mine;
             ms[s] = on ? *cluster.map_shared_rank(s_max + head, s) : -INFINITY;
             ls[s] = on ? *cluster.map_shared_rank(s_sum + head, s) : 0.0f;
@@ -109,10 +108,10 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
         }
         float mx = -INFINITY;
 #pragma unroll
-        for (int s = 0; s < N; ++s) mx = fmaxf(mx, ms[s]);
+        for (int s = 0; s < kMaxClusterSplits; ++s) mx = fmaxf(mx, ms[s]);
         float sum = 0.0f, o = 0.0f;
 #pragma unroll
-        for (int s = 0; s < N; ++s) {
+        for (int s = 0; s < kMaxClusterSplits; ++s) {
             if (s >= n_mine) break;
             const float c = exp2_or_zero(ms[s], mx);
             sum += ls[s] * c;

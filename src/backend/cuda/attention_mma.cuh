@@ -661,12 +661,8 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         return;
     }
     if (cluster > 1) {
-        if (cluster > 8)
-            cluster_merge<HD, 16>(o_cta, s_max, s_sum, n_g, n_active, head_row0, n_parts == 1, out, out_type, qx,
-                                  part_o, part_ml, n_parts, part);
-        else
-            cluster_merge<HD, 8>(o_cta, s_max, s_sum, n_g, n_active, head_row0, n_parts == 1, out, out_type, qx,
-                                 part_o, part_ml, n_parts, part);
+        cluster_merge<HD>(o_cta, s_max, s_sum, n_g, n_active, head_row0, n_parts == 1, out, out_type, qx, part_o,
+                          part_ml, n_parts, part);
         if (n_parts == 1) {
             tl.mark(7);
             tl.mark(8);

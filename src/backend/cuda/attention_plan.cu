@@ -47,7 +47,6 @@ FusedSplit mma_split(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context
 
 namespace {
 int32_t g_forced_one_cluster_tokens = -1;
-int g_forced_wide_clusters = -1;
 }  // namespace
 
 void force_one_cluster_tokens(int32_t tokens) { g_forced_one_cluster_tokens = tokens; }
@@ -57,16 +56,9 @@ int32_t one_cluster_tokens() {
     return g_forced_one_cluster_tokens >= 0 ? g_forced_one_cluster_tokens : tokens;
 }
 
-void force_wide_clusters(int on) { g_forced_wide_clusters = on; }
-
-bool wide_clusters() {
-    static const bool on = env_int("MVLLM_ATTN_WIDE_CLUSTER", 0) != 0;
-    return g_forced_wide_clusters >= 0 ? g_forced_wide_clusters != 0 : on;
-}
-
 DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
                        int32_t cluster_slots, int32_t short_split, int32_t min_split_tokens, int mode,
-                       bool batch_invariant, int32_t one_cluster_tokens, int32_t wide_cluster_slots) {
+                       bool batch_invariant, int32_t one_cluster_tokens) {
     DecodePlan plan;
     // Batch-invariant: the fixed split positions of fused_split (the in-kernel merges walk a row's
     // active splits in order, so a row's result depends on its own context only).
@@ -101,20 +93,15 @@ DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_conte
     // (the 4,096 bucket: 32 splits of 128, four clusters, or 8 of 512 in one) on the H100:
     // 1,540 -> 1,696 tok/s; batch-1 decode on the H100 at the 2K / 4K / 8K buckets, 0.5B +12 / +10
     // / +6 %, 7B +4 % each (bench/NOTES.md, thirty-fifth session). Splits of 2,048 (the 16K
-    // bucket) lose: B1 7B at 16K 17.0 -> 25.7 us. A wide cluster (16 CTAs, where the device fits
-    // them in one wave) comes first: twice the CTAs streaming, splits half as long, no shorter
-    // than the plan's shortest.
-    if (mode == 2 && one_cluster_tokens > 0 && plan.split.n_splits > kMaxDecodeCluster) {
-        for (const int32_t size : {kWideDecodeCluster, kMaxDecodeCluster}) {
-            const int32_t slots = size == kWideDecodeCluster ? wide_cluster_slots : cluster_slots;
-            const int32_t tokens = static_cast<int32_t>(ceil_div(ceil_div(max_context, size), 16) * 16);
-            if (slots > 0 && tokens <= one_cluster_tokens && tokens >= min_split_tokens &&
-                static_cast<int64_t>(n_rows) * n_ctas_per_row * size <= slots) {
-                plan.split.split_tokens = tokens;
-                plan.split.n_splits = size;
-                plan.cluster = size;
-                return plan;
-            }
+    // bucket) lose: B1 7B at 16K 17.0 -> 25.7 us.
+    if (mode == 2 && one_cluster_tokens > 0 && cluster_slots > 0 && plan.split.n_splits > kMaxDecodeCluster) {
+        const int32_t tokens = static_cast<int32_t>(ceil_div(ceil_div(max_context, kMaxDecodeCluster), 16) * 16);
+        if (tokens <= one_cluster_tokens &&
+            static_cast<int64_t>(n_rows) * n_ctas_per_row * kMaxDecodeCluster <= cluster_slots) {
+            plan.split.split_tokens = tokens;
+            plan.split.n_splits = kMaxDecodeCluster;
+            plan.cluster = kMaxDecodeCluster;
+            return plan;
         }
     }
     if (mode == 0 || cluster_slots <= 0 || plan.split.n_splits <= 1 ||
