@@ -19,6 +19,9 @@
 #          summarises each CSV, and only the summaries come back (TL_VARS: other switches than AB_VARS)
 #   attn   (thirty-fourth session) B1, `bench attention --quick` over ATTN_CONTEXTS (e.g. 4096,32768),
 #          with the defaults and each ATTN_VARS item
+#   batches (thirty-fifth session) small batches: `bench throughput` with N requests of a P-token
+#          prompt and 256 output tokens each (BATCH_CASES="model:N:P ...", model 0.5b or 7b), decode
+#          tok/s with the defaults and each AB_VARS item, two rounds
 #   atl    (thirty-third session) the decode attention's phase timeline (ATL_BIN, a -DMVLLM_ATTN_TIMELINE=ON
 #          build carried xz-compressed) in batch-1 decode after ATL_PROMPT (512) tokens, DEC_MODELS,
 #          with the defaults and each ATL_VARS item; scripts/attention_timeline.py summarises
@@ -148,6 +151,22 @@ if has attn; then  # (thirty-fourth session) B1: bench attention --quick (ATTN_C
     env $(assign $off) timeout 200 $(bin_of $off) bench attention --quick ${ATTN_CONTEXTS:+--contexts $ATTN_CONTEXTS} \
       --json-out $R/$t.json > $R/$t.log 2>&1
     echo "$t rc=$?"; grep -E "^\|" $R/$t.log | head -24
+  done
+fi
+if has batches; then
+  for round in 1 2; do
+    for c in ${BATCH_CASES:-0.5b:2:4096 0.5b:4:2048 0.5b:8:2048 0.5b:8:4096 7b:2:2048 7b:3:4096}; do
+      IFS=: read -r s n p <<< "$c"
+      m=$M; [ $s = 7b ] && m=/tmp/mvllm-models/qwen2.5-7b-q4_0.gguf
+      [ -f $m ] || timeout 200 bin/mvllm-new make-model $m --preset qwen2.5-7b --type q4_0 > /dev/null 2>&1
+      for off in none ${AB_VARS:-MVLLM_ATTN_ONE_CLUSTER_TOKENS}; do
+        tag=bt_${s}_${n}x${p}_$(tag_of $off)_$round
+        env $(assign $off) timeout 90 $(bin_of $off) bench throughput -m $m --device cuda --num-requests $n \
+          --input-len $p --output-len 256 --kv-dtype f16 --activation-dtype f16 --temperature 0 \
+          --json-out $R/$tag.json > $R/$tag.log 2>&1
+        echo "$tag: decode $(tail -n1 $R/$tag.log | awk -F'|' '{print $12}') tok/s"
+      done
+    done
   done
 fi
 if has atl; then  # the decode attention's phases in the step (ATL_BIN: a -DMVLLM_ATTN_TIMELINE=ON build, carried)

@@ -285,10 +285,10 @@ TEST(CudaAttention, DecodePlanKeepsARowInOneClusterUpToTheLimit) {
 }
 
 // Decode rows whose splits merge through thread-block clusters: one cluster per row (the mixed
-// batches above; here rows of up to 7,000 tokens, whose plan with one_cluster_tokens = 1,024 (the
-// default) keeps one cluster of longer splits), and, with that rule off, clusters of 8 whose results merge in
-// global memory, with a partly active last cluster (4000 and 1500 tokens: 32 and 12 of 32 / 16
-// splits); F16 / BF16 output.
+// batches above; here rows of up to 7,000 tokens, whose plan with one_cluster_tokens = 1,024, the
+// default, keeps one cluster of longer splits), and, with that rule off, clusters of 8 whose
+// results merge in global memory, with a partly active last cluster (4000 and 1500 tokens: 32 and
+// 12 of 32 / 16 splits); F16 / BF16 output.
 TEST(CudaAttention, ClusterMergesMatchReference) {
     MVLLM_REQUIRE_GPU();
     uint64_t seed = 1500;
