@@ -337,10 +337,11 @@ struct NewKv {
 // otherwise splits of split_tokens at fixed positions, as batch invariance needs). A graph is
 // recorded with the plan of its context bucket (up to twice the context): with fixed splits a
 // row in the bucket's lower half leaves half of them idle.
-// kTriggerAfterQ / kTriggerAfterTiles / kTriggerAfterMerge (MVLLM_ATTN_TRIGGER, measurements only):
-// the CTA lets the next kernel launch only once its Q fragments are built / its tiles are done /
-// its warps are merged, instead of on entry, so that the later kernels' early weight loads do not
-// compete with this kernel's first loads after the wait.
+// kTriggerAfterQ / kTriggerAfterTiles / kTriggerAfterMerge: the CTA lets the next kernel launch
+// only once its Q fragments are built / its tiles are done / its warps are merged, instead of on
+// entry, so that the later kernels' early weight loads do not compete with this kernel's first
+// loads after the wait. After Q is the default up to kGemvMaxColumns rows (decode_flags); the
+// others are for measurements (MVLLM_ATTN_TRIGGER).
 constexpr int kEarlyTiles = 1, kChunkedMerge = 2, kRowSplits = 4, kScFence = 8, kMergeGroup8Flag = 16,
               kTriggerAfterQ = 32, kTriggerAfterTiles = 64, kTriggerAfterMerge = 128;
 

@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/env.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/qx.cuh"
 
@@ -26,8 +25,8 @@ __global__ void quantize_qx_kernel(const void* x, DType x_type, QxView q, int64_
 // decode step's few rows spread over several SMs instead of one warp walking several blocks.
 template <typename XT>
 __global__ void rms_norm_qx_kernel(const XT* x, const void* weight, DType weight_type, float eps, void* xn,
-                                   DType xn_type, QxView q, int64_t width, int late_trigger) {
-    if (!late_trigger) pdl_trigger();
+                                   DType xn_type, QxView q, int64_t width) {
+    pdl_trigger();
     __shared__ float scratch[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
     const int64_t n_blocks = width / 32, stride = static_cast<int64_t>(n_warps) * gridDim.y;
@@ -37,7 +36,6 @@ __global__ void rms_norm_qx_kernel(const XT* x, const void* weight, DType weight
     pdl_wait();
     const int64_t base = blockIdx.x * width;
     const float scale = rms_scale(x, base, width, eps, scratch);
-    if (late_trigger) pdl_trigger_after(scale);
     for (int64_t blk = first; blk < n_blocks; blk += stride) {
         const int64_t i = blk * 32 + lane;
         if (blk != first) w = load_any(weight, weight_type, i);
@@ -83,12 +81,9 @@ void launch_rms_norm_qx(const TensorView& x, const TensorView& weight, float eps
     const int64_t n_blocks = x.ne[0] / 32, rows = x.ne[1];
     const int64_t per_row = rows < 128 ? std::min<int64_t>(ceil_div(n_blocks, rms_threads() / 32), ceil_div(128, rows)) : 1;
     const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(per_row));
-    // MVLLM_RMS_TRIGGER=1 (measurements only): the next kernel may launch once the row's scale is
-    // known, not on entry (pdl_trigger_after).
-    static const int late_trigger = env_int("MVLLM_RMS_TRIGGER", 0) == 1 ? 1 : 0;
     switch (x.type) {
-        case DType::F32: launch_pdl(rms_norm_qx_kernel<float>, grid, rms_threads(), 0, stream, static_cast<const float*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0], late_trigger); break;
-        case DType::F16: launch_pdl(rms_norm_qx_kernel<__half>, grid, rms_threads(), 0, stream, static_cast<const __half*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0], late_trigger); break;
+        case DType::F32: launch_pdl(rms_norm_qx_kernel<float>, grid, rms_threads(), 0, stream, static_cast<const float*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
+        case DType::F16: launch_pdl(rms_norm_qx_kernel<__half>, grid, rms_threads(), 0, stream, static_cast<const __half*>(x.data), weight.data, weight.type, eps, xn.data, xn.type, qx, x.ne[0]); break;
         default: MVLLM_CHECK(false) << "rms_norm_qx input " << type_name(x.type);
     }
     MVLLM_CUDA_LAUNCH_CHECK();
