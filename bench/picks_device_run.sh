@@ -25,6 +25,10 @@
 #   atl    (thirty-third session) the decode attention's phase timeline (ATL_BIN, a -DMVLLM_ATTN_TIMELINE=ON
 #          build carried xz-compressed) in batch-1 decode after ATL_PROMPT (512) tokens, DEC_MODELS,
 #          with the defaults and each ATL_VARS item; scripts/attention_timeline.py summarises
+#   ncusrc (thirty-sixth session) ncu's warp-stall samples per SASS instruction of one decode-attention
+#          launch: B1 (`bench attention --quick`, NCU_CONTEXT, 4096) and batch-1 decode after
+#          NCU_PROMPT (2048) tokens, NCU_KERNELS (regexes of the demangled name, "decode_kernel<128
+#          decode_kernel<64"); the source page as CSV, the details page as text
 # NEW_BIN=path.xz: the new binary built here for sm_90 and carried (no build there; the test stage
 # then needs TEST_BIN=path.xz, a carried test_cuda).
 # Usage (repo root, .devdeps and .carry carried): OUT=dir STAGES="test b4b lp" bash bench/picks_device_run.sh
@@ -183,4 +187,21 @@ if has atl; then  # the decode attention's phases in the step (ATL_BIN: a -DMVLL
     done
   done
 fi
-
+if has ncusrc; then
+  for k in ${NCU_KERNELS:-decode_kernel<128 decode_kernel<64}; do
+    for what in b1 step; do
+      t=ncu_${what}_$(echo "$k" | tr -c 'a-z0-9\n' '_')
+      if [ $what = b1 ]; then set -- bench attention --quick --contexts ${NCU_CONTEXT:-4096}
+      else m=$M; [[ $k == *128* ]] && m=/tmp/mvllm-models/qwen2.5-7b-q4_0.gguf
+        [ -f $m ] || timeout 200 bin/mvllm-new make-model $m --preset qwen2.5-7b --type q4_0 > /dev/null 2>&1
+        set -- bench decode -m $m --device cuda --kv-dtype f16 --prompt-len ${NCU_PROMPT:-2048} -n 63 --repeat 1; fi
+      timeout 200 ncu --clock-control none --cache-control none --kernel-name-base demangled -k "regex:$k" \
+        --launch-skip ${NCU_SKIP:-200} --launch-count 1 --set full -f -o $R/$t bin/mvllm-new "$@" > $R/$t.log 2>&1
+      echo "$t rc=$?"; tail -n 3 $R/$t.log
+      ncu -i $R/$t.ncu-rep --page source --csv --print-source sass > $R/${t}_src.csv 2> $R/${t}_src.err
+      ncu -i $R/$t.ncu-rep --page details > $R/$t.txt 2>&1
+      grep -E "Duration|Registers Per|Warp Cycles Per Issued|Achieved Occupancy|Grid Size|Cluster Size" $R/$t.txt | head -8
+      rm -f $R/$t.ncu-rep
+    done
+  done
+fi

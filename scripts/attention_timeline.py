@@ -2,10 +2,11 @@
 """Summarise the decode attention's timeline (a build with -DMVLLM_ATTN_TIMELINE=ON, CSV files
 written through MVLLM_ATTN_TIMELINE_OUT).
 
-Each record is one CTA: %globaltimer (ns) and clock64 at nine marks: 0 entry, 1 metadata read,
-2 early loads issued, 3 griddepcontrol.wait over, 4 Q fragments built, 5 tiles done, 6 the CTA's
-warps merged (partials stored), 7 split counted or cluster merge done, 8 final merge done (0 when
-this CTA did not merge). Records of one launch share a K-cache pointer; a launch is split from the
+Each record is one CTA: %globaltimer (ns) and clock64 at eleven marks: 0 entry, 1 metadata read,
+2 early loads issued, 3 griddepcontrol.wait over, 4 Q fragments built (its last value back), 5 tiles
+done, 6 the CTA's warps merged (partials stored), 7 split counted or cluster merge done, 8 final
+merge done (0 when this CTA did not merge), 9 the tiles left for after the wait issued, 10 the
+first Q value back (files of nine marks, from older builds, lack the last two). Records of one launch share a K-cache pointer; a launch is split from the
 next one with the same pointer by a gap in its start times.
 
 Usage: scripts/attention_timeline.py [--detail] FILE.csv [...]  prints, per file, medians over the
@@ -49,7 +50,8 @@ def med(xs):
 
 
 PHASES = [  # name, from mark, to mark
-    ("metadata", 0, 1), ("early_loads", 1, 2), ("q", 3, 4), ("tiles", 4, 5),
+    ("metadata", 0, 1), ("early_loads", 1, 2), ("q", 3, 4), ("q_issue", 3, 9), ("q_first", 9, 10),
+    ("q_rest", 10, 4), ("tiles", 4, 5),
     ("warp_merge", 5, 6), ("split_count", 6, 7), ("final_merge", 7, 8),
 ]
 
@@ -60,7 +62,7 @@ def summarise(path):
     for rs in L:
         s = {"ctas": len(rs)}
         for name, a, b in PHASES:
-            s[name] = med([r[f"ns{b}"] - r[f"ns{a}"] for r in rs if r[f"ns{b}"]])
+            s[name] = med([r[f"ns{b}"] - r[f"ns{a}"] for r in rs if r.get(f"ns{b}") and f"ns{a}" in r])
         w0 = min(r["ns3"] for r in rs)
         s["waits"] = w0 - min(r["ns0"] for r in rs)  # first CTA: entry to wait over
         s["wait_to_end"] = max(end(r) for r in rs) - w0
@@ -89,9 +91,13 @@ def detail(path):
     L = launches(load(path))
     full = max(len(rs) for rs in L)
     L = [rs for rs in L if len(rs) == full]
-    by_sm, by_split, stream, wait_spread = {}, {}, [], []
+    by_sm, by_split, stream, wait_spread, shared = {}, {}, [], [], []
     for rs in L:
         w0 = min(r["ns3"] for r in rs)
+        per_sm = {}
+        for r in rs:
+            per_sm[r["sm"]] = per_sm.get(r["sm"], 0) + 1
+        shared.append(sum(n for n in per_sm.values() if n > 1))  # CTAs that shared their SM
         wait_spread.append(max(r["ns3"] for r in rs) - w0)
         for r in rs:
             t = r["ns5"] - w0
@@ -102,6 +108,7 @@ def detail(path):
     sm_sd = med([statistics.pstdev(v) for v in by_sm.values() if len(v) > 1])
     splits = [f"{z}:{med(v):.0f}" for z, v in sorted(by_split.items())]
     print(f"  {len(L)} full launches of {full} CTAs; wait over, spread {med(wait_spread):.0f}")
+    print(f"  CTAs sharing an SM with another of their launch: median {med(shared):.0f}, max {max(shared)}")
     print(f"  tiles done by SM: medians {sm_med[0]:.0f}..{sm_med[-1]:.0f}, per-SM stdev across launches {sm_sd:.0f}")
     print(f"  stream (Q ready to tiles done): min {min(stream)} median {med(stream):.0f} max {max(stream)}")
     print("  tiles done by split: " + " ".join(splits))

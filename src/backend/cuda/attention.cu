@@ -472,7 +472,8 @@ int decode_ctas_per_sm() {
     static const int n = [] {
         constexpr size_t kShared = mma_decode::shared_bytes<HD, KT, W, Tma>();
         MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kShared)));
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(decode_shared_launch_bytes(kShared))));
         // All of L1 as shared memory: otherwise the driver may configure just enough for one CTA
         // per SM while the occupancy query (and the split plan) counts on two.
         MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>,
@@ -548,7 +549,8 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
         counters = static_cast<int32_t*>(scratch.counters);
     }
     const dim3 grid(decode_rows, kv.n_kv_heads * n_tiles, split.n_splits);
-    launch_pdl_clustered(mma_decode::decode_kernel<HD, KT, W, Tma>, grid, W * 32, kShared, stream, dim3(1, 1, cluster),
+    const size_t smem = decode_shared_bytes(kShared, cluster, static_cast<int64_t>(grid.x) * grid.y * grid.z, n_sms, ctas_per_sm);
+    launch_pdl_clustered(mma_decode::decode_kernel<HD, KT, W, Tma>, grid, W * 32, smem, stream, dim3(1, 1, cluster),
                          batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
                          static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits,
                          out.data, out.type, part_o, part_ml, counters, rows,

@@ -185,8 +185,9 @@ __device__ __forceinline__ void prefetch_tile(const KT* kc, const KT* vc, const 
 // CTAs start, wait and finish relative to one another and to the previous kernel, which neither a
 // per-kernel profiler nor the graph ablation can show.
 #ifdef MVLLM_ATTN_TIMELINE
-constexpr int kTimelineMarks = 9;  // entry, metadata, early loads issued, wait over, Q ready, tiles done,
-                                   // partials stored, split counted, merged
+constexpr int kTimelineMarks = 11;  // entry, metadata, early loads issued, wait over, Q ready, tiles done,
+                                    // partials stored, split counted, merged, the tiles after the wait
+                                    // issued, the first Q value back
 struct TimelineRecord {
     uint64_t kc;  // the layer's K cache (tells launches apart)
     uint32_t sm, x, y, z;
@@ -202,6 +203,15 @@ struct Timeline {
         ns[i] = global_ns();
         clk[i] = clock64();
     }
+    // mark(i) once v has arrived (the timer read is predicated on v, so it waits for v's load).
+    __device__ __forceinline__ void mark_after(int i, float v) {
+        if (threadIdx.x != 0) return;
+        uint64_t t = 0, c = 0;
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0x7fffffff;\n@p mov.u64 %0, %%globaltimer;\n"
+                     "@p mov.u64 %1, %%clock64;\n}" : "+l"(t), "+l"(c) : "r"(__float_as_uint(v)));
+        ns[i] = t;
+        clk[i] = c;
+    }
     __device__ __forceinline__ void flush(const void* kc) {
         if (threadIdx.x != 0) return;
         uint32_t sm;
@@ -215,6 +225,7 @@ struct Timeline {
 #else
 struct Timeline {
     __device__ __forceinline__ void mark(int) {}
+    __device__ __forceinline__ void mark_after(int, float) {}
     __device__ __forceinline__ void flush(const void*) {}
 };
 #endif
@@ -446,6 +457,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         if (s < n_my) issue(s);
         cp_async_commit();
     }
+    tl.mark(9);
 
     // raw: the warp whose tile holds the new token (the last of the context) takes its K/V from the
     // raw row (the loads start beside Q's) and, when that tile has landed, patches it in; the CTA of
@@ -463,6 +475,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
 
     // Q as A fragments (rows = query heads, scaled to base 2); heads past n_g are zero.
     uint32_t qa[kK][4], qa_lo[Pack<KT>::kSplit ? kK : 1][4];
+    float q_first = 0.0f;  // the first Q value loaded (the timeline's mark 10)
     {
         const float* q0 = fold ? raw.qkv + row * raw_width + static_cast<int64_t>(head0) * HD
                                : q + (static_cast<int64_t>(row) * n_heads + head0) * HD;
@@ -477,6 +490,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
                 if (h < n_g)
                     xy = fold ? raw_q_pair<HD>(q0 + h * HD, b0 ? b0 + h * HD : nullptr, rot, d)
                               : *reinterpret_cast<const float2*>(q0 + h * HD + d);
+                if (kk == 0 && r == 0) q_first = xy.x;
                 const float x0 = xy.x * scale_log2, x1 = xy.y * scale_log2;
                 float rest[2];
                 qa[kk][r] = Pack<KT>::hi(x0, x1, rest);
@@ -485,7 +499,8 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         }
     }
 
-    tl.mark(4);
+    tl.mark_after(10, q_first);
+    tl.mark_after(4, __uint_as_float(qa[kK - 1][3]));
     if (flags & kTriggerAfterQ) pdl_trigger_after(__uint_as_float(qa[0][0]));
     float o[kN][4];
 #pragma unroll

@@ -56,6 +56,25 @@ int32_t one_cluster_tokens() {
     return g_forced_one_cluster_tokens >= 0 ? g_forced_one_cluster_tokens : tokens;
 }
 
+namespace {
+size_t spread_bytes() {
+    static const size_t bytes = [] {
+        int device = 0, per_sm = 0;
+        if (env_int("MVLLM_ATTN_SPREAD", 0) == 0 || cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess)
+            return size_t{0};
+        return static_cast<size_t>(per_sm) / 2 + 1024;
+    }();
+    return bytes;
+}
+}  // namespace
+
+size_t decode_shared_launch_bytes(size_t bytes) { return std::max(bytes, spread_bytes()); }
+
+size_t decode_shared_bytes(size_t bytes, int32_t cluster, int64_t n_ctas, int32_t n_sms, int ctas_per_sm) {
+    return cluster == 1 && ctas_per_sm > 1 && n_ctas <= n_sms ? std::max(bytes, spread_bytes()) : bytes;
+}
+
 DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
                        int32_t cluster_slots, int32_t short_split, int32_t min_split_tokens, int mode,
                        bool batch_invariant, int32_t one_cluster_tokens) {
