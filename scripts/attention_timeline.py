@@ -6,7 +6,8 @@ Each record is one CTA: %globaltimer (ns) and clock64 at eleven marks: 0 entry, 
 2 early loads issued, 3 griddepcontrol.wait over, 4 Q fragments built (its last value back), 5 tiles
 done, 6 the CTA's warps merged (partials stored), 7 split counted or cluster merge done, 8 final
 merge done (0 when this CTA did not merge), 9 the tiles left for after the wait issued, 10 the
-first Q value back (files of nine marks, from older builds, lack the last two). Records of one launch share a K-cache pointer; a launch is split from the
+first Q value back, 11 a load of the step's metadata (no kernel writes it) issued right after the
+wait, back (files of older builds lack marks 9-11). Records of one launch share a K-cache pointer; a launch is split from the
 next one with the same pointer by a gap in its start times.
 
 Usage: scripts/attention_timeline.py [--detail] FILE.csv [...]  prints, per file, medians over the
@@ -51,7 +52,7 @@ def med(xs):
 
 PHASES = [  # name, from mark, to mark
     ("metadata", 0, 1), ("early_loads", 1, 2), ("q", 3, 4), ("q_issue", 3, 9), ("q_first", 9, 10),
-    ("q_rest", 10, 4), ("tiles", 4, 5),
+    ("q_rest", 10, 4), ("probe", 3, 11), ("tiles", 4, 5),
     ("warp_merge", 5, 6), ("split_count", 6, 7), ("final_merge", 7, 8),
 ]
 

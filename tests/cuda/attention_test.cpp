@@ -25,8 +25,10 @@ struct SeqSpec {
 
 // stale_tail: the cache rows past each sequence's context in its last block hold NaN (a block a
 // longer sequence used before), which no output may pick up.
+// result: where to keep the output (F32 values), if given.
 void run_case(CudaAttentionVariant variant, DType kv_dtype, DType out_type, const Geometry& g,
-              const std::vector<SeqSpec>& seqs, int32_t block_size, uint64_t seed, bool stale_tail = false) {
+              const std::vector<SeqSpec>& seqs, int32_t block_size, uint64_t seed, bool stale_tail = false,
+              std::vector<float>* result = nullptr) {
     auto be = make_cuda(variant);
     ASSERT_TRUE(be);
     // Scattered blocks: each sequence's table draws from one shuffled pool.
@@ -85,6 +87,7 @@ void run_case(CudaAttentionVariant variant, DType kv_dtype, DType out_type, cons
     std::vector<uint8_t> out_bytes(out.n_bytes());
     be->download(out, out_bytes.data());
     const std::vector<float> got = decode_rows(out_type, out_bytes.data(), q_width, step.n_tokens());
+    if (result) *result = got;
 
     // The reference reads the stored cache (BF16 widened to F32: same values).
     const size_t half = (**cache).layer(0).offset(kc.n_blocks, 0, 0);
@@ -324,6 +327,35 @@ TEST(CudaAttention, LongContextPlainPlanMatchesReference) {
     run_case(CudaAttentionVariant::Fused, DType::BF16, DType::F16, kGeometries[0], {{20000, 1}, {9000, 1}}, 16, 2201);
     run_case(CudaAttentionVariant::Fused, DType::F16, DType::F16, kGeometries[1], {{32768, 1}}, 16, 2202);
     run_case(CudaAttentionVariant::Fused, DType::BF16, DType::F32, kGeometries[5], {{20000, 1}, {3000, 1}}, 16, 2203);
+}
+
+// The split merge with the parts staged in shared memory against the warp merge that reads them
+// from L2 (the plain plans above: the 0.5B's 7 heads at 32K, ~63 parts, where the launch widens the
+// shared memory for them; the 7B's 33 parts, which fit its pipeline's): the same arithmetic in the
+// same order, so the same bits, and both within the reference's bound (run_case).
+TEST(CudaAttention, StagedSplitMergeGivesTheWarpMergesBits) {
+    MVLLM_REQUIRE_GPU();
+    struct Case {
+        DType kv, out;
+        Geometry g;
+        std::vector<SeqSpec> seqs;
+    };
+    const Case cases[] = {{DType::F16, DType::F32, kGeometries[0], {{32768, 1}}},
+                          {DType::BF16, DType::F16, kGeometries[0], {{20000, 1}, {9000, 1}}},
+                          {DType::F16, DType::F16, kGeometries[1], {{32768, 1}}},
+                          {DType::BF16, DType::F32, kGeometries[1], {{17000, 1}}}};
+    uint64_t seed = 2300;
+    for (const Case& c : cases) {
+        std::vector<float> staged, warp;
+        cuda::force_staged_merge(1);
+        run_case(CudaAttentionVariant::Fused, c.kv, c.out, c.g, c.seqs, 16, seed, false, &staged);
+        cuda::force_staged_merge(0);
+        run_case(CudaAttentionVariant::Fused, c.kv, c.out, c.g, c.seqs, 16, seed, false, &warp);
+        ASSERT_EQ(staged.size(), warp.size());
+        EXPECT_EQ(staged, warp) << "heads " << c.g.n_heads << " kv " << type_name(c.kv) << " seed " << seed;
+        ++seed;
+    }
+    cuda::force_staged_merge(-1);
 }
 
 // Prefill chunks long enough for the tiled kernel (a sequence with at least 64 / group query rows):

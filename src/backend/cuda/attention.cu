@@ -416,6 +416,7 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
 // device that launches clusters (sm_90).
 static_assert(mma_decode::kMaxClusterSplits == kMaxDecodeCluster, "one cluster limit");
 static_assert(kMaxPlainSplits == mma_decode::kMergeChunk, "a plain plan's parts merge in one chunk");
+static_assert(kStagedMergeMinParts == mma_decode::kChunkedMergeMinSplits, "the staged merge's least parts");
 
 int cluster_merge_mode() {
     static const int mode = [] {
@@ -463,7 +464,25 @@ int decode_flags(bool batch_invariant, int32_t n_rows) {
     const int mode = forced >= 0 ? forced : n_rows <= kGemvMaxColumns ? 1 : 0;
     const int trigger = mode < 4 ? kTriggers[mode] : 0;
     return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | merge | fence | trigger |
+           (staged_merge_enabled() ? mma_decode::kStagedMerge : 0) |
            (row_splits && !batch_invariant ? mma_decode::kRowSplits : 0);
+}
+
+// The most dynamic shared memory the decode kernel may take (all a CTA may have, less its static
+// shared memory), allowed once.
+template <int HD, typename KT, int W, bool Tma>
+size_t decode_max_dynamic() {
+    static const size_t n = [] {
+        int device = 0, optin = 0;
+        cudaFuncAttributes attr{};
+        MVLLM_CUDA_CHECK(cudaGetDevice(&device));
+        MVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+        MVLLM_CUDA_CHECK(cudaFuncGetAttributes(&attr, mma_decode::decode_kernel<HD, KT, W, Tma>));
+        const int most = std::max(optin - static_cast<int>(attr.sharedSizeBytes), static_cast<int>(mma_decode::shared_bytes<HD, KT, W, Tma>()));
+        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+        return static_cast<size_t>(most);
+    }();
+    return n;
 }
 
 // The decode kernel's launch attributes, set once; returns its CTAs per SM.
@@ -471,9 +490,7 @@ template <int HD, typename KT, int W, bool Tma>
 int decode_ctas_per_sm() {
     static const int n = [] {
         constexpr size_t kShared = mma_decode::shared_bytes<HD, KT, W, Tma>();
-        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(decode_shared_launch_bytes(kShared))));
+        decode_max_dynamic<HD, KT, W, Tma>();
         // All of L1 as shared memory: otherwise the driver may configure just enough for one CTA
         // per SM while the occupancy query (and the split plan) counts on two.
         MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>,
@@ -549,7 +566,8 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
         counters = static_cast<int32_t*>(scratch.counters);
     }
     const dim3 grid(decode_rows, kv.n_kv_heads * n_tiles, split.n_splits);
-    const size_t smem = decode_shared_bytes(kShared, cluster, static_cast<int64_t>(grid.x) * grid.y * grid.z, n_sms, ctas_per_sm);
+    const size_t smem = decode_shared_bytes(kShared, plan, static_cast<int64_t>(grid.x) * grid.y * grid.z, n_sms, ctas_per_sm,
+                                            std::min(group, mma_decode::kHeadTile), HD, decode_max_dynamic<HD, KT, W, Tma>());
     launch_pdl_clustered(mma_decode::decode_kernel<HD, KT, W, Tma>, grid, W * 32, smem, stream, dim3(1, 1, cluster),
                          batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
                          static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits,

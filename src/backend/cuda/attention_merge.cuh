@@ -18,6 +18,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/mma_ptx.cuh"
 #include "backend/cuda/qx.cuh"
 
 namespace mvllm::cuda::mma_decode {
@@ -124,16 +125,28 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
 #endif
 }
 
-// VW consecutive floats of the partials (2 or 4: one 8- or 16-byte load, through L2).
-template <int VW>
+// VW consecutive floats of the partials (2 or 4: one 8- or 16-byte load, through L2; Staged: from
+// their copy in shared memory).
+template <int VW, bool Staged = false>
 __device__ __forceinline__ void load_part_vec(const float* p, float (&v)[VW]) {
     if constexpr (VW == 4) {
-        const float4 x = __ldcg(reinterpret_cast<const float4*>(p));
+        const float4 x = Staged ? *reinterpret_cast<const float4*>(p) : __ldcg(reinterpret_cast<const float4*>(p));
         v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
     } else {
-        const float2 x = __ldcg(reinterpret_cast<const float2*>(p));
+        const float2 x = Staged ? *reinterpret_cast<const float2*>(p) : __ldcg(reinterpret_cast<const float2*>(p));
         v[0] = x.x, v[1] = x.y;
     }
+}
+
+// The bytes of shared memory merge_parts_warp<.., Staged = true> needs for n_g heads' n_active parts.
+__host__ __device__ constexpr size_t staged_merge_bytes(int32_t n_g, int32_t n_active, int hd) {
+    return static_cast<size_t>(n_g) * n_active * (hd + 2) * sizeof(float);
+}
+// The dynamic shared memory of the running kernel, in bytes.
+__device__ __forceinline__ uint32_t dynamic_smem_bytes() {
+    uint32_t n;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+    return n;
 }
 
 // The split merge of kChunkedMergeMinSplits..kMergeChunk parts, in registers and shuffles: a warp
@@ -146,26 +159,43 @@ __device__ __forceinline__ void load_part_vec(const float* p, float (&v)[VW]) {
 // Deeper loads (32 parts in flight, weights through shared memory) were slower: 23.3 us, the final
 // merge 10.6 against 5.6. (Until the twenty-first session head_dim 64 took 16 lanes of 4 dims: half
 // the loads in flight per head for the same registers.) kGroup: o loads in flight per lane.
-template <int HD, int W, int kGroup = 8>
+// Staged: the CTA's threads first copy every active part's o and (max, sum) into shared memory
+// (`stage`, staged_merge_bytes of it) with cp.async, all in flight at once, and the warps then read
+// them there: one L2 round trip for the whole merge instead of one per group of kGroup parts. The
+// arithmetic and its order are the same, so are the bits.
+template <int HD, int W, int kGroup = 8, bool Staged = false>
 __device__ __forceinline__ void merge_parts_warp(const float* part_o, const float* part_ml, int32_t n_parts,
                                                  int32_t n_active_parts, int32_t n_g, int64_t head_row0,
-                                                 void* out, DType out_type, const QxView& qx) {
+                                                 void* out, DType out_type, const QxView& qx, float* stage = nullptr) {
     constexpr int VW = HD / 32;            // dims per lane: 4 (head_dim 128) or 2 (64)
     constexpr int kPer = kMergeChunk / 32;  // (max, sum) pairs per lane
     static_assert((VW == 2 || VW == 4) && kPer == 2 && kMergeChunk % kGroup == 0, "a warp per head, two pairs a lane");
     const int lane = threadIdx.x & 31;
+    float* stage_ml = Staged ? stage + static_cast<int64_t>(n_g) * n_active_parts * HD : nullptr;  // [n_g][n_active][2]
+    if constexpr (Staged) {  // stage: o [n_g][n_active][HD], then the (max, sum) pairs
+        const int per_head = n_active_parts * (HD / 4);
+        for (int i = threadIdx.x; i < n_g * per_head; i += W * 32)
+            cp_async16(stage + i * 4, part_o + (head_row0 + i / per_head) * n_parts * HD + (i % per_head) * 4, true);
+        for (int i = threadIdx.x; i < n_g * n_active_parts; i += W * 32)
+            cp_async8(stage_ml + i * 2, part_ml + ((head_row0 + i / n_active_parts) * n_parts + i % n_active_parts) * 2);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+    }
     for (int head = threadIdx.x >> 5; head < n_g; head += W) {  // whole warps (shuffles)
         const int64_t head_row = head_row0 + head;
-        const float2* ml = reinterpret_cast<const float2*>(part_ml + head_row * n_parts * 2);
-        const float* po = part_o + head_row * n_parts * HD + lane * VW;
+        const float2* ml = Staged ? reinterpret_cast<const float2*>(stage_ml + head * n_active_parts * 2)
+                                  : reinterpret_cast<const float2*>(part_ml + head_row * n_parts * 2);
+        const float* po = (Staged ? stage + head * n_active_parts * HD : part_o + head_row * n_parts * HD) + lane * VW;
         float2 p[kPer];
 #pragma unroll
         for (int r = 0; r < kPer; ++r)
-            p[r] = lane + r * 32 < n_active_parts ? __ldcg(ml + lane + r * 32) : make_float2(-INFINITY, 0.0f);
+            p[r] = lane + r * 32 < n_active_parts ? (Staged ? ml[lane + r * 32] : __ldcg(ml + lane + r * 32))
+                                                  : make_float2(-INFINITY, 0.0f);
         float v[kGroup][VW];
 #pragma unroll
         for (int t = 0; t < kGroup; ++t) {
-            if (t < n_active_parts) load_part_vec<VW>(po + t * HD, v[t]);
+            if (t < n_active_parts) load_part_vec<VW, Staged>(po + t * HD, v[t]);
             else
 #pragma unroll
                 for (int e = 0; e < VW; ++e) v[t][e] = 0.0f;
@@ -190,7 +220,7 @@ __device__ __forceinline__ void merge_parts_warp(const float* part_o, const floa
             if (g0 > 0) {
 #pragma unroll
                 for (int t = 0; t < kGroup; ++t) {
-                    if (g0 + t < n_active_parts) load_part_vec<VW>(po + (g0 + t) * HD, v[t]);
+                    if (g0 + t < n_active_parts) load_part_vec<VW, Staged>(po + (g0 + t) * HD, v[t]);
                     else
 #pragma unroll
                         for (int e = 0; e < VW; ++e) v[t][e] = 0.0f;
@@ -210,11 +240,12 @@ __device__ __forceinline__ void merge_parts_warp(const float* part_o, const floa
 
 // merge_parts_warp as a call: at head_dim 64 the 8-warp F16 kernel holds 128 registers (two CTAs
 // per SM) only if the merge's registers are allocated apart from the main loop's.
-template <int HD, int W, int kGroup>
+template <int HD, int W, int kGroup, bool Staged = false>
 __device__ __noinline__ void merge_parts_warp_call(const float* part_o, const float* part_ml, int32_t n_parts,
                                                    int32_t n_active_parts, int32_t n_g, int64_t head_row0,
-                                                   void* out, DType out_type, const QxView& qx) {
-    merge_parts_warp<HD, W, kGroup>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx);
+                                                   void* out, DType out_type, const QxView& qx, float* stage) {
+    merge_parts_warp<HD, W, kGroup, Staged>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type,
+                                            qx, stage);
 }
 
 // The last CTA of a row's active parts merges them (`part_o` [head_row][n_parts][HD], `part_ml`
@@ -222,7 +253,7 @@ __device__ __noinline__ void merge_parts_warp_call(const float* part_o, const fl
 // scratch of at least 2 * kHeadTile * kMergeChunk floats; s_max / s_sum are [kHeadTile].
 // The path: kMergeChunked (the chunked path for 16-64 parts, A/B measurements only), kMergeGroup8
 // (the warp merge with 8 o loads in flight above 16 parts, A/B only), else the default.
-constexpr int kMergeWarp = 0, kMergeChunked = 1, kMergeGroup8 = 2;
+constexpr int kMergeWarp = 0, kMergeChunked = 1, kMergeGroup8 = 2, kMergeStaged = 3;
 template <int HD, int W>
 __device__ __forceinline__ void merge_parts(const float* part_o, const float* part_ml, int32_t n_parts,
                                             int32_t n_active_parts, int32_t n_g, int64_t head_row0, float* smem,
@@ -234,12 +265,17 @@ __device__ __forceinline__ void merge_parts(const float* part_o, const float* pa
     // load 16 parts at a time: the merge alone (`bench attention --merge`, twenty-first session)
     // took 2.1 against 3.8 us for 63 parts at head_dim 64 and 2.2 against 2.5 for 33 at 128, but
     // 1.3 against 1.1 for 16 parts at 128.
+    // kMergeStaged: the parts staged in shared memory first where they fit the kernel's dynamic
+    // shared memory (the launch sizes it for them where it can, decode_shared_bytes).
     if constexpr (W == 8 && HD >= 64) {
         if (n_active_parts >= kChunkedMergeMinSplits && n_active_parts <= kMergeChunk && path != kMergeChunked) {
             const bool deep = n_active_parts > kChunkedMergeMinSplits && path != kMergeGroup8;
-            if constexpr (HD == 64) {
-                if (deep) merge_parts_warp_call<HD, W, 16>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx);
-                else merge_parts_warp_call<HD, W, 8>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx);
+            if (path == kMergeStaged && staged_merge_bytes(n_g, n_active_parts, HD) <= dynamic_smem_bytes()) {
+                merge_parts_warp_call<HD, W, 16, true>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out,
+                                                       out_type, qx, smem);
+            } else if constexpr (HD == 64) {
+                if (deep) merge_parts_warp_call<HD, W, 16>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx, nullptr);
+                else merge_parts_warp_call<HD, W, 8>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx, nullptr);
             } else {
                 if (deep) merge_parts_warp<HD, W, 16>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx);
                 else merge_parts_warp<HD, W, 8>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx);

@@ -185,9 +185,9 @@ __device__ __forceinline__ void prefetch_tile(const KT* kc, const KT* vc, const 
 // CTAs start, wait and finish relative to one another and to the previous kernel, which neither a
 // per-kernel profiler nor the graph ablation can show.
 #ifdef MVLLM_ATTN_TIMELINE
-constexpr int kTimelineMarks = 11;  // entry, metadata, early loads issued, wait over, Q ready, tiles done,
+constexpr int kTimelineMarks = 12;  // entry, metadata, early loads issued, wait over, Q ready, tiles done,
                                     // partials stored, split counted, merged, the tiles after the wait
-                                    // issued, the first Q value back
+                                    // issued, the first Q value back, a load no kernel wrote back
 struct TimelineRecord {
     uint64_t kc;  // the layer's K cache (tells launches apart)
     uint32_t sm, x, y, z;
@@ -203,6 +203,8 @@ struct Timeline {
         ns[i] = global_ns();
         clk[i] = clock64();
     }
+    // A load through L2 for mark_after to wait on (timeline builds only: the probe is the mark's cost).
+    __device__ __forceinline__ float probe(const int32_t* p) const { return __int_as_float(__ldcg(p)); }
     // mark(i) once v has arrived (the timer read is predicated on v, so it waits for v's load).
     __device__ __forceinline__ void mark_after(int i, float v) {
         if (threadIdx.x != 0) return;
@@ -225,6 +227,7 @@ struct Timeline {
 #else
 struct Timeline {
     __device__ __forceinline__ void mark(int) {}
+    __device__ __forceinline__ float probe(const int32_t*) const { return 0.0f; }
     __device__ __forceinline__ void mark_after(int, float) {}
     __device__ __forceinline__ void flush(const void*) {}
 };
@@ -353,8 +356,10 @@ struct NewKv {
 // entry, so that the later kernels' early weight loads do not compete with this kernel's first
 // loads after the wait. After Q is the default up to kGemvMaxColumns rows (decode_flags); the
 // others are for measurements (MVLLM_ATTN_TRIGGER).
+// kStagedMerge: the split merge of 16-64 parts stages them in shared memory where they fit
+// (merge_parts_warp's Staged form).
 constexpr int kEarlyTiles = 1, kChunkedMerge = 2, kRowSplits = 4, kScFence = 8, kMergeGroup8Flag = 16,
-              kTriggerAfterQ = 32, kTriggerAfterTiles = 64, kTriggerAfterMerge = 128;
+              kTriggerAfterQ = 32, kTriggerAfterTiles = 64, kTriggerAfterMerge = 128, kStagedMerge = 256;
 
 // atomicAdd with acquire-release semantics at GPU scope.
 __device__ __forceinline__ int32_t atomic_add_acq_rel(int32_t* p, int32_t v) {
@@ -451,6 +456,8 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     tl.mark(2);
     pdl_wait();
     tl.mark(3);
+    // (Timeline builds: one load of the step's metadata, which no kernel writes, and its return.)
+    tl.mark_after(11, tl.probe(batch.positions + row));
     // The first tiles not loaded before the wait (those holding the step's new tokens) start
     // before Q is read, so that their round trip and Q's overlap.
     for (int32_t s = n_pre; s < kStages - 1; ++s) {
@@ -707,7 +714,10 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     if (sc_fence) __threadfence();
     merge_parts<HD, W>(part_o, part_ml, n_parts, n_active_parts, n_g, static_cast<int64_t>(row) * n_heads + head0,
                        reinterpret_cast<float*>(smem), s_max, s_sum, out, out_type, qx,
-                       flags & kChunkedMerge ? kMergeChunked : flags & kMergeGroup8Flag ? kMergeGroup8 : kMergeWarp);
+                       flags & kChunkedMerge      ? kMergeChunked
+                       : flags & kMergeGroup8Flag ? kMergeGroup8
+                       : flags & kStagedMerge     ? kMergeStaged
+                                                  : kMergeWarp);
     if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
     tl.mark(8);
     tl.flush(kc);

@@ -57,22 +57,24 @@ int32_t one_cluster_tokens() {
 }
 
 namespace {
-size_t spread_bytes() {
-    static const size_t bytes = [] {
-        int device = 0, per_sm = 0;
-        if (env_int("MVLLM_ATTN_SPREAD", 0) == 0 || cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess)
-            return size_t{0};
-        return static_cast<size_t>(per_sm) / 2 + 1024;
-    }();
-    return bytes;
-}
+int g_forced_staged_merge = -1;
 }  // namespace
 
-size_t decode_shared_launch_bytes(size_t bytes) { return std::max(bytes, spread_bytes()); }
+void force_staged_merge(int on) { g_forced_staged_merge = on; }
 
-size_t decode_shared_bytes(size_t bytes, int32_t cluster, int64_t n_ctas, int32_t n_sms, int ctas_per_sm) {
-    return cluster == 1 && ctas_per_sm > 1 && n_ctas <= n_sms ? std::max(bytes, spread_bytes()) : bytes;
+bool staged_merge_enabled() {
+    static const bool on = env_int("MVLLM_ATTN_STAGED_MERGE", 0) != 0;
+    return g_forced_staged_merge >= 0 ? g_forced_staged_merge != 0 : on;
+}
+
+size_t decode_shared_bytes(size_t bytes, const DecodePlan& plan, int64_t n_ctas, int32_t n_sms, int ctas_per_sm,
+                           int32_t n_g, int head_dim, size_t max_dynamic) {
+    const int32_t n_parts = plan.split.n_splits / plan.cluster;
+    if (!staged_merge_enabled() || n_parts < kStagedMergeMinParts || n_parts > kMaxPlainSplits) return bytes;
+    const size_t need = static_cast<size_t>(n_g) * n_parts * (head_dim + 2) * sizeof(float);  // staged_merge_bytes
+    // More shared memory may leave one CTA per SM: only where the plan's CTAs still fit one wave.
+    const bool one_wave = ctas_per_sm == 1 || n_ctas <= n_sms;
+    return need > bytes && need <= max_dynamic && one_wave ? need : bytes;
 }
 
 DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
