@@ -31,6 +31,9 @@ namespace mvllm::cuda {
 
 enum class CudaAttention { Naive, Grouped, Fused };
 
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kMaxGroupThreeOps = 16;  // query heads per KV head in the naive / grouped kernels
+
 // Device scratch of the attention variants, grown on demand (growth synchronises the device).
 struct AttentionScratch {
     void* scores = nullptr;  // naive/grouped: [n_tokens][n_heads][max_context] f32
@@ -121,6 +124,19 @@ struct RawQkv {
 // the decode kernel (RawQkv) reads it after its wait instead of computing it per CTA and layer.
 const float2* launch_rope_table(const DeviceBatch& batch, const float* inv_freq, int32_t head_dim,
                                 AttentionScratch& scratch, cudaStream_t stream);
+
+// The kernels on the CUDA cores (attention_simt.cu), for launch_attention: naive / grouped over
+// any KV type, and the fused kernel of an F32 cache. split_partials: the split kernels' scratch,
+// unnormalised o [rows][heads][splits][head_dim] then (max, sum) [rows][heads][splits][2], grown
+// as needed.
+void launch_three_ops(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
+                      int64_t total_context, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
+                      int32_t n_heads, float scale, AttentionScratch& scratch, cudaStream_t stream);
+void launch_fused_f32(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
+                      int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
+                      bool batch_invariant);
+void split_partials(AttentionScratch& scratch, int32_t n_rows, int32_t n_heads, int32_t n_splits, int32_t head_dim,
+                    float** part_o, float** part_ml);
 
 // seq_ctx_offset: [n_seqs] prefix sums of context_len (naive's dense offsets). With `qx`
 // ([n_tokens][n_heads * head_dim]), the fused F16/BF16 decode kernel also writes the output in the
