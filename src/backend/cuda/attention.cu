@@ -92,8 +92,9 @@ int decode_flags(bool batch_invariant, int32_t n_rows) {
            (row_splits && !batch_invariant ? mma_decode::kRowSplits : 0);
 }
 
-// The most dynamic shared memory the decode kernel may take (all a CTA may have, less its static
-// shared memory), allowed once.
+// The most dynamic shared memory the decode kernel may be given (all a CTA may have, less its
+// static shared memory). allow_max_dynamic() lets it take that much, once: the first launch that
+// asks for more than its pipeline's (the staged split merge's room, decode_shared_bytes).
 template <int HD, typename KT, int W, bool Tma>
 size_t decode_max_dynamic() {
     static const size_t n = [] {
@@ -102,11 +103,20 @@ size_t decode_max_dynamic() {
         MVLLM_CUDA_CHECK(cudaGetDevice(&device));
         MVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
         MVLLM_CUDA_CHECK(cudaFuncGetAttributes(&attr, mma_decode::decode_kernel<HD, KT, W, Tma>));
-        const int most = std::max(optin - static_cast<int>(attr.sharedSizeBytes), static_cast<int>(mma_decode::shared_bytes<HD, KT, W, Tma>()));
-        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-        return static_cast<size_t>(most);
+        return std::max(static_cast<size_t>(std::max(optin - static_cast<int>(attr.sharedSizeBytes), 0)),
+                        mma_decode::shared_bytes<HD, KT, W, Tma>());
     }();
     return n;
+}
+template <int HD, typename KT, int W, bool Tma>
+void allow_max_dynamic() {
+    static const bool done = [] {
+        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(decode_max_dynamic<HD, KT, W, Tma>())));
+        return true;
+    }();
+    (void)done;
 }
 
 // The decode kernel's launch attributes, set once; returns its CTAs per SM.
@@ -114,7 +124,8 @@ template <int HD, typename KT, int W, bool Tma>
 int decode_ctas_per_sm() {
     static const int n = [] {
         constexpr size_t kShared = mma_decode::shared_bytes<HD, KT, W, Tma>();
-        decode_max_dynamic<HD, KT, W, Tma>();
+        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kShared)));
         // All of L1 as shared memory: otherwise the driver may configure just enough for one CTA
         // per SM while the occupancy query (and the split plan) counts on two.
         MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>,
@@ -190,8 +201,12 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
         counters = static_cast<int32_t*>(scratch.counters);
     }
     const dim3 grid(decode_rows, kv.n_kv_heads * n_tiles, split.n_splits);
-    const size_t smem = decode_shared_bytes(kShared, plan, static_cast<int64_t>(grid.x) * grid.y * grid.z, n_sms, ctas_per_sm,
-                                            std::min(group, mma_decode::kHeadTile), HD, decode_max_dynamic<HD, KT, W, Tma>());
+    const size_t smem =
+        staged_merge_enabled()
+            ? decode_shared_bytes(kShared, plan, static_cast<int64_t>(grid.x) * grid.y * grid.z, n_sms, ctas_per_sm,
+                                  std::min(group, mma_decode::kHeadTile), HD, decode_max_dynamic<HD, KT, W, Tma>())
+            : kShared;
+    if (smem > kShared) allow_max_dynamic<HD, KT, W, Tma>();
     launch_pdl_clustered(mma_decode::decode_kernel<HD, KT, W, Tma>, grid, W * 32, smem, stream, dim3(1, 1, cluster),
                          batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
                          static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits,
