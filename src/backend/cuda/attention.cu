@@ -40,7 +40,6 @@ void ensure(void** ptr, size_t* have, size_t need, const char* what) {
 // device that launches clusters (sm_90).
 static_assert(mma_decode::kMaxClusterSplits == kMaxDecodeCluster, "one cluster limit");
 static_assert(kMaxPlainSplits == mma_decode::kMergeChunk, "a plain plan's parts merge in one chunk");
-static_assert(kStagedMergeMinParts == mma_decode::kChunkedMergeMinSplits, "the staged merge's least parts");
 
 int cluster_merge_mode() {
     static const int mode = [] {

@@ -93,11 +93,10 @@ DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_conte
 int32_t one_cluster_tokens();
 void force_one_cluster_tokens(int32_t tokens);
 // Whether the decode kernel's split merge of 16-64 parts stages them in shared memory first
-// (MVLLM_ATTN_STAGED_MERGE, default on; 0 for A/B measurements). force_staged_merge(0 / 1)
+// (MVLLM_ATTN_STAGED_MERGE=1; off by default until measured on a GPU). force_staged_merge(0 / 1)
 // overrides it (tests), -1 restores it.
 bool staged_merge_enabled();
 void force_staged_merge(int on);
-constexpr int32_t kStagedMergeMinParts = 16;
 // The decode kernel's dynamic shared memory for a plan (n_ctas CTAs; n_g query heads a CTA) when
 // its pipeline needs `bytes` and at most max_dynamic is allowed: with the staged merge, a plain
 // plan of 16-64 parts gets room for them where that keeps every CTA in one wave.

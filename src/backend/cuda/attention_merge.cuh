@@ -176,9 +176,12 @@ __device__ __forceinline__ void merge_parts_warp(const float* part_o, const floa
         const int per_head = n_active_parts * (HD / 4);
         for (int i = threadIdx.x; i < n_g * per_head; i += W * 32)
             cp_async16(stage + i * 4, part_o + (head_row0 + i / per_head) * n_parts * HD + (i % per_head) * 4, true);
-        for (int i = threadIdx.x; i < n_g * n_active_parts; i += W * 32)
-            cp_async8(stage_ml + i * 2, part_ml + ((head_row0 + i / n_active_parts) * n_parts + i % n_active_parts) * 2);
         cp_async_commit();
+        // The pairs are 8-byte aligned only (cp.async copies 8 bytes through L1, which may hold stale
+        // lines): loads through L2, in flight beside the copies.
+        for (int i = threadIdx.x; i < n_g * n_active_parts; i += W * 32)
+            *reinterpret_cast<float2*>(stage_ml + i * 2) = __ldcg(reinterpret_cast<const float2*>(
+                part_ml + ((head_row0 + i / n_active_parts) * n_parts + i % n_active_parts) * 2));
         cp_async_wait<0>();
         __syncthreads();
     }
