@@ -1,5 +1,6 @@
 # Thirty-sixth session, call 1 (bench/NOTES.md): the attention timeline after 32K (0.5B, default and
 # spread) and after 2K (both), decode after 16K / 32K, B1 at 4K / 16K / 32K.
+# (Ran on 94d3913: MVLLM_ATTN_SPREAD existed then and was removed after this call.)
 export NEW_BIN=.carry/s36/mvllm.xz LIB_TXZ=.carry/s36/lib.txz ATL_BIN=.carry/s36/atl.xz
 O=$OUT
 OUT=$O/a STAGES=atl ATL_PROMPT=32768 DEC_MODELS=0.5b ATL_VARS=MVLLM_ATTN_SPREAD=1 bash bench/picks_device_run.sh
