@@ -28,11 +28,6 @@ __global__ void rope_table_kernel(const int32_t* positions, const float* inv_fre
     table[static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x] = r;
 }
 
-void ensure(void** ptr, size_t* have, size_t need, const char* what) {
-    grow_device_buffer(ptr, have, need, (std::string("attention ") + what + " scratch").c_str());
-}
-
-
 // How the decode kernel may merge its splits through thread-block clusters (MVLLM_ATTN_CLUSTER,
 // for A/B measurements): 0 never (global memory and the split counter only), 1 when one cluster
 // holds all of a row's splits, 2 (default) also clusters of 8 whose results merge in global memory,
@@ -193,7 +188,7 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
         split_partials(scratch, batch.n_tokens, n_heads, n_parts, HD, &part_o, &part_ml);
         const size_t n_counters = static_cast<size_t>(batch.n_tokens) * kv.n_kv_heads * n_tiles;
         if (scratch.counters_bytes < n_counters * sizeof(int32_t)) {
-            ensure(&scratch.counters, &scratch.counters_bytes, n_counters * sizeof(int32_t), "split counters");
+            grow_attention_scratch(&scratch.counters, &scratch.counters_bytes, n_counters * sizeof(int32_t), "split counters");
             // On `stream`: a legacy-stream memset would not be ordered before the kernel.
             MVLLM_CUDA_CHECK(cudaMemsetAsync(scratch.counters, 0, scratch.counters_bytes, stream));  // kernels reset their own
         }
@@ -387,7 +382,7 @@ const float2* launch_rope_table(const DeviceBatch& batch, const float* inv_freq,
                                 AttentionScratch& scratch, cudaStream_t stream) {
     const int32_t half = head_dim / 2;
     MVLLM_CHECK(half >= 1 && half <= 1024 && batch.n_tokens > 0) << "rope table: head_dim " << head_dim;
-    ensure(&scratch.rope_table, &scratch.rope_table_bytes,
+    grow_attention_scratch(&scratch.rope_table, &scratch.rope_table_bytes,
            static_cast<size_t>(batch.n_tokens) * half * sizeof(float2), "RoPE table");
     auto* table = static_cast<float2*>(scratch.rope_table);
     launch_pdl(rope_table_kernel, static_cast<unsigned>(batch.n_tokens), static_cast<unsigned>(half), 0, stream,

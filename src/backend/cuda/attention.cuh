@@ -97,9 +97,9 @@ void force_one_cluster_tokens(int32_t tokens);
 // overrides it (tests), -1 restores it.
 bool staged_merge_enabled();
 void force_staged_merge(int on);
-// The decode kernel's dynamic shared memory for a plan (n_ctas CTAs; n_g query heads a CTA) when
-// its pipeline needs `bytes` and at most max_dynamic is allowed: with the staged merge, a plain
-// plan of 16-64 parts gets room for them where that keeps every CTA in one wave.
+// The decode kernel's dynamic shared memory with the staged merge on, for a plan (n_ctas CTAs; n_g
+// query heads a CTA) when its pipeline needs `bytes` and at most max_dynamic is allowed: a plan of
+// 16-64 parts gets room for them where that keeps every CTA in one wave.
 size_t decode_shared_bytes(size_t bytes, const DecodePlan& plan, int64_t n_ctas, int32_t n_sms, int ctas_per_sm,
                            int32_t n_g, int head_dim, size_t max_dynamic);
 
@@ -134,6 +134,9 @@ void launch_three_ops(CudaAttention variant, const DeviceBatch& batch, const int
 void launch_fused_f32(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                       int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
                       bool batch_invariant);
+// One of AttentionScratch's buffers (*ptr, *have bytes) grown to at least `need` bytes; `what` names
+// it in the out-of-memory error.
+void grow_attention_scratch(void** ptr, size_t* have, size_t need, const char* what);
 void split_partials(AttentionScratch& scratch, int32_t n_rows, int32_t n_heads, int32_t n_splits, int32_t head_dim,
                     float** part_o, float** part_ml);
 

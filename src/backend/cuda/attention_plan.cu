@@ -71,8 +71,7 @@ bool staged_merge_enabled() {
 size_t decode_shared_bytes(size_t bytes, const DecodePlan& plan, int64_t n_ctas, int32_t n_sms, int ctas_per_sm,
                            int32_t n_g, int head_dim, size_t max_dynamic) {
     const int32_t n_parts = plan.split.n_splits / plan.cluster;
-    if (!staged_merge_enabled() || n_parts < mma_decode::kChunkedMergeMinSplits || n_parts > kMaxPlainSplits)
-        return bytes;
+    if (n_parts < mma_decode::kChunkedMergeMinSplits || n_parts > kMaxPlainSplits) return bytes;
     const size_t need = mma_decode::staged_merge_bytes(n_g, n_parts, head_dim);
     // More shared memory may leave one CTA per SM: only where the plan's CTAs still fit one wave.
     const bool one_wave = ctas_per_sm == 1 || n_ctas <= n_sms;

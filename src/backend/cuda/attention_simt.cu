@@ -318,9 +318,6 @@ __global__ void merge_splits_kernel(const float* part_o, const float* part_ml, i
     store_any(out, out_type, head_row * head_dim + d, a / sum);
 }
 
-void ensure(void** ptr, size_t* have, size_t need, const char* what) {
-    grow_device_buffer(ptr, have, need, (std::string("attention ") + what + " scratch").c_str());
-}
 template <typename KT>
 void three_kernels(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
                    int64_t total_context, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
@@ -331,7 +328,7 @@ void three_kernels(CudaAttention variant, const DeviceBatch& batch, const int64_
                  seq_ctx_offset};
     if (variant == CudaAttention::Naive) {
         const size_t half = static_cast<size_t>(total_context) * n_heads * hd * sizeof(KT);
-        ensure(&scratch.repeated, &scratch.repeated_bytes, 2 * half, "repeated K/V");
+        grow_attention_scratch(&scratch.repeated, &scratch.repeated_bytes, 2 * half, "repeated K/V");
         KT* rep_k = static_cast<KT*>(scratch.repeated);
         KT* rep_v = reinterpret_cast<KT*>(static_cast<uint8_t*>(scratch.repeated) + half);
         launch_pdl(repeat_kv_kernel<KT>, dim3(max_ctx, batch.n_seqs), 256, 0, stream, batch, src, seq_ctx_offset, n_heads,
@@ -340,7 +337,7 @@ void three_kernels(CudaAttention variant, const DeviceBatch& batch, const int64_
         src = KvSource{rep_k, rep_v, n_heads, hd, false, kv.block_size, batch.block_tables, batch.seq_block_begin,
                        seq_ctx_offset};
     }
-    ensure(&scratch.scores, &scratch.scores_bytes,
+    grow_attention_scratch(&scratch.scores, &scratch.scores_bytes,
            static_cast<size_t>(batch.n_tokens) * n_heads * max_ctx * sizeof(float), "scores");
     float* scores = static_cast<float*>(scratch.scores);
     const int32_t group = n_heads / src.n_src_heads;
@@ -378,11 +375,15 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
 
 }  // namespace
 
+void grow_attention_scratch(void** ptr, size_t* have, size_t need, const char* what) {
+    grow_device_buffer(ptr, have, need, (std::string("attention ") + what + " scratch").c_str());
+}
+
 void split_partials(AttentionScratch& scratch, int32_t n_rows, int32_t n_heads, int32_t n_splits, int32_t head_dim,
                     float** part_o, float** part_ml) {
     const size_t n_o = static_cast<size_t>(n_rows) * n_heads * n_splits * head_dim;
     const size_t n_ml = static_cast<size_t>(n_rows) * n_heads * n_splits * 2;
-    ensure(&scratch.partial, &scratch.partial_bytes, (n_o + n_ml) * sizeof(float), "split partials");
+    grow_attention_scratch(&scratch.partial, &scratch.partial_bytes, (n_o + n_ml) * sizeof(float), "split partials");
     *part_o = static_cast<float*>(scratch.partial);
     *part_ml = *part_o + n_o;
 }
