@@ -329,11 +329,11 @@ TEST(CudaAttention, LongContextPlainPlanMatchesReference) {
     run_case(CudaAttentionVariant::Fused, DType::BF16, DType::F32, kGeometries[5], {{20000, 1}, {3000, 1}}, 16, 2203);
 }
 
-// The split merge with the parts staged in shared memory against the warp merge that reads them
-// from L2 (the plain plans above: the 0.5B's 7 heads at 32K, ~63 parts, where the launch widens the
-// shared memory for them; the 7B's 33 parts, which fit its pipeline's): the same arithmetic in the
-// same order, so the same bits, and both within the reference's bound (run_case).
-TEST(CudaAttention, StagedSplitMergeGivesTheWarpMergesBits) {
+// The split merge spread over a row's last CTAs (a head each, its parts staged in shared memory)
+// against the warp merge of the last CTA alone (the plain plans above: the 0.5B's 7 heads at 32K,
+// ~63 parts; the 7B's 33): the same arithmetic in the same order, so the same bits, and both within
+// the reference's bound (run_case). Two sequences: two rows' mergers wait in one launch.
+TEST(CudaAttention, SpreadSplitMergeGivesTheWarpMergesBits) {
     MVLLM_REQUIRE_GPU();
     struct Case {
         DType kv, out;
@@ -346,16 +346,28 @@ TEST(CudaAttention, StagedSplitMergeGivesTheWarpMergesBits) {
                           {DType::BF16, DType::F32, kGeometries[1], {{17000, 1}}}};
     uint64_t seed = 2300;
     for (const Case& c : cases) {
-        std::vector<float> staged, warp;
-        cuda::force_staged_merge(1);
-        run_case(CudaAttentionVariant::Fused, c.kv, c.out, c.g, c.seqs, 16, seed, false, &staged);
-        cuda::force_staged_merge(0);
+        // The premise on this GPU (8 warps, the slots the occupancy API gives): a plain plan of
+        // 16-64 parts whose CTAs fit one wave, so that the launch takes the spread merge.
+        const int32_t rows = static_cast<int32_t>(c.seqs.size()), hd = c.g.head_dim;
+        const int32_t slots = cuda::decode_cluster_slots_f16(hd, 8, 1);
+        const cuda::DecodePlan plan =
+            cuda::plan_decode(rows, c.g.n_kv_heads, c.seqs[0].context, slots,
+                              cuda::decode_cluster_slots_f16(hd, 8, cuda::kMaxDecodeCluster), 2 * 8 * 16, 8 * 16, 2,
+                              false);
+        EXPECT_EQ(plan.cluster, 1);
+        EXPECT_GE(plan.split.n_splits, 16);
+        EXPECT_LE(plan.split.n_splits, cuda::kMaxPlainSplits);
+        EXPECT_LE(static_cast<int64_t>(rows) * c.g.n_kv_heads * plan.split.n_splits, slots);
+        std::vector<float> spread, warp;
+        cuda::force_spread_merge(1);
+        run_case(CudaAttentionVariant::Fused, c.kv, c.out, c.g, c.seqs, 16, seed, false, &spread);
+        cuda::force_spread_merge(0);
         run_case(CudaAttentionVariant::Fused, c.kv, c.out, c.g, c.seqs, 16, seed, false, &warp);
-        ASSERT_EQ(staged.size(), warp.size());
-        EXPECT_EQ(staged, warp) << "heads " << c.g.n_heads << " kv " << type_name(c.kv) << " seed " << seed;
+        ASSERT_EQ(spread.size(), warp.size());
+        EXPECT_EQ(spread, warp) << "heads " << c.g.n_heads << " kv " << type_name(c.kv) << " seed " << seed;
         ++seed;
     }
-    cuda::force_staged_merge(-1);
+    cuda::force_spread_merge(-1);
 }
 
 // Prefill chunks long enough for the tiled kernel (a sequence with at least 64 / group query rows):

@@ -82,35 +82,7 @@ int decode_flags(bool batch_invariant, int32_t n_rows) {
     const int mode = forced >= 0 ? forced : n_rows <= kGemvMaxColumns ? 1 : 0;
     const int trigger = mode < 4 ? kTriggers[mode] : 0;
     return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | merge | fence | trigger |
-           (staged_merge_enabled() ? mma_decode::kStagedMerge : 0) |
            (row_splits && !batch_invariant ? mma_decode::kRowSplits : 0);
-}
-
-// The most dynamic shared memory the decode kernel may be given (all a CTA may have, less its
-// static shared memory). allow_max_dynamic() lets it take that much, once: the first launch that
-// asks for more than its pipeline's (the staged split merge's room, decode_shared_bytes).
-template <int HD, typename KT, int W, bool Tma>
-size_t decode_max_dynamic() {
-    static const size_t n = [] {
-        int device = 0, optin = 0;
-        cudaFuncAttributes attr{};
-        MVLLM_CUDA_CHECK(cudaGetDevice(&device));
-        MVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-        MVLLM_CUDA_CHECK(cudaFuncGetAttributes(&attr, mma_decode::decode_kernel<HD, KT, W, Tma>));
-        return std::max(static_cast<size_t>(std::max(optin - static_cast<int>(attr.sharedSizeBytes), 0)),
-                        mma_decode::shared_bytes<HD, KT, W, Tma>());
-    }();
-    return n;
-}
-template <int HD, typename KT, int W, bool Tma>
-void allow_max_dynamic() {
-    static const bool done = [] {
-        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(decode_max_dynamic<HD, KT, W, Tma>())));
-        return true;
-    }();
-    (void)done;
 }
 
 // The decode kernel's launch attributes, set once; returns its CTAs per SM.
@@ -195,17 +167,15 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
         counters = static_cast<int32_t*>(scratch.counters);
     }
     const dim3 grid(decode_rows, kv.n_kv_heads * n_tiles, split.n_splits);
-    const size_t smem =
-        staged_merge_enabled()
-            ? decode_shared_bytes(kShared, plan, static_cast<int64_t>(grid.x) * grid.y * grid.z, n_sms, ctas_per_sm,
-                                  std::min(group, mma_decode::kHeadTile), HD, decode_max_dynamic<HD, KT, W, Tma>())
-            : kShared;
-    if (smem > kShared) allow_max_dynamic<HD, KT, W, Tma>();
-    launch_pdl_clustered(mma_decode::decode_kernel<HD, KT, W, Tma>, grid, W * 32, smem, stream, dim3(1, 1, cluster),
+    // The spread merge's CTAs wait for the rest of their row: only where the launch fits one wave.
+    const int64_t n_ctas = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+    const bool one_wave = n_ctas <= (cluster > 1 ? cluster_slots : static_cast<int64_t>(n_sms) * ctas_per_sm);
+    const int flags = decode_flags(batch_invariant, batch.n_tokens) |
+                      (n_parts > 1 && one_wave && spread_merge_enabled() ? mma_decode::kSpreadMerge : 0);
+    launch_pdl_clustered(mma_decode::decode_kernel<HD, KT, W, Tma>, grid, W * 32, kShared, stream, dim3(1, 1, cluster),
                          batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
                          static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits,
-                         out.data, out.type, part_o, part_ml, counters, rows,
-                         decode_flags(batch_invariant, batch.n_tokens), cluster, qx, maps, raw);
+                         out.data, out.type, part_o, part_ml, counters, rows, flags, cluster, qx, maps, raw);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

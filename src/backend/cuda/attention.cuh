@@ -92,16 +92,11 @@ DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_conte
 // 1,024 (0: off). force_one_cluster_tokens(n >= 0) overrides it (tests), -1 restores it.
 int32_t one_cluster_tokens();
 void force_one_cluster_tokens(int32_t tokens);
-// Whether the decode kernel's split merge of 16-64 parts stages them in shared memory first
-// (MVLLM_ATTN_STAGED_MERGE=1; off by default until measured on a GPU). force_staged_merge(0 / 1)
-// overrides it (tests), -1 restores it.
-bool staged_merge_enabled();
-void force_staged_merge(int on);
-// The decode kernel's dynamic shared memory with the staged merge on, for a plan (n_ctas CTAs; n_g
-// query heads a CTA) when its pipeline needs `bytes` and at most max_dynamic is allowed: a plan of
-// 16-64 parts gets room for them where that keeps every CTA in one wave.
-size_t decode_shared_bytes(size_t bytes, const DecodePlan& plan, int64_t n_ctas, int32_t n_sms, int ctas_per_sm,
-                           int32_t n_g, int head_dim, size_t max_dynamic);
+// Whether the decode kernel's split merge of 16-64 parts is spread over the row's last CTAs, a
+// head each (mma_decode::kSpreadMerge; MVLLM_ATTN_SPREAD_MERGE=1, off by default until measured on
+// a GPU). force_spread_merge(0 / 1) overrides it (tests), -1 restores it.
+bool spread_merge_enabled();
+void force_spread_merge(int on);
 
 // Whether the fused F16/BF16 path sends the batch's prefill chunks to the tiled prefill kernel:
 // a sequence of the batch has at least 64 / group query rows, not batch-invariant, and

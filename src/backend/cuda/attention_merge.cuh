@@ -162,7 +162,9 @@ __device__ __forceinline__ uint32_t dynamic_smem_bytes() {
 // Staged: the CTA's threads first copy every active part's o and (max, sum) into shared memory
 // (`stage`, staged_merge_bytes of it) with cp.async, all in flight at once, and the warps then read
 // them there: one L2 round trip for the whole merge instead of one per group of kGroup parts. The
-// arithmetic and its order are the same, so are the bits.
+// arithmetic and its order are the same, so are the bits. Used for one head a CTA (the spread
+// merge, kSpreadMerge): one CTA staging all 7 heads' 63 parts (113 KB) took the 0.5B's final merge
+// after 32K from 5.1 to 6.2 us on the H100 (bench/NOTES.md, thirty-seventh session).
 template <int HD, int W, int kGroup = 8, bool Staged = false>
 __device__ __forceinline__ void merge_parts_warp(const float* part_o, const float* part_ml, int32_t n_parts,
                                                  int32_t n_active_parts, int32_t n_g, int64_t head_row0,
@@ -256,7 +258,7 @@ __device__ __noinline__ void merge_parts_warp_call(const float* part_o, const fl
 // scratch of at least 2 * kHeadTile * kMergeChunk floats; s_max / s_sum are [kHeadTile].
 // The path: kMergeChunked (the chunked path for 16-64 parts, A/B measurements only), kMergeGroup8
 // (the warp merge with 8 o loads in flight above 16 parts, A/B only), else the default.
-constexpr int kMergeWarp = 0, kMergeChunked = 1, kMergeGroup8 = 2, kMergeStaged = 3;
+constexpr int kMergeWarp = 0, kMergeChunked = 1, kMergeGroup8 = 2;
 template <int HD, int W>
 __device__ __forceinline__ void merge_parts(const float* part_o, const float* part_ml, int32_t n_parts,
                                             int32_t n_active_parts, int32_t n_g, int64_t head_row0, float* smem,
@@ -268,15 +270,10 @@ __device__ __forceinline__ void merge_parts(const float* part_o, const float* pa
     // load 16 parts at a time: the merge alone (`bench attention --merge`, twenty-first session)
     // took 2.1 against 3.8 us for 63 parts at head_dim 64 and 2.2 against 2.5 for 33 at 128, but
     // 1.3 against 1.1 for 16 parts at 128.
-    // kMergeStaged: the parts staged in shared memory first where they fit the kernel's dynamic
-    // shared memory (the launch sizes it for them where it can, decode_shared_bytes).
     if constexpr (W == 8 && HD >= 64) {
         if (n_active_parts >= kChunkedMergeMinSplits && n_active_parts <= kMergeChunk && path != kMergeChunked) {
             const bool deep = n_active_parts > kChunkedMergeMinSplits && path != kMergeGroup8;
-            if (path == kMergeStaged && staged_merge_bytes(n_g, n_active_parts, HD) <= dynamic_smem_bytes()) {
-                merge_parts_warp_call<HD, W, 16, true>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out,
-                                                       out_type, qx, smem);
-            } else if constexpr (HD == 64) {
+            if constexpr (HD == 64) {
                 if (deep) merge_parts_warp_call<HD, W, 16>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx, nullptr);
                 else merge_parts_warp_call<HD, W, 8>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, out, out_type, qx, nullptr);
             } else {

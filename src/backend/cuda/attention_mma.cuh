@@ -356,16 +356,24 @@ struct NewKv {
 // entry, so that the later kernels' early weight loads do not compete with this kernel's first
 // loads after the wait. After Q is the default up to kGemvMaxColumns rows (decode_flags); the
 // others are for measurements (MVLLM_ATTN_TRIGGER).
-// kStagedMerge: the split merge of 16-64 parts stages them in shared memory where they fit
-// (merge_parts_warp's Staged form).
+// kSpreadMerge: a split merge of 16-64 parts is shared by the row's last n_g CTAs to count
+// themselves in, a head each, its parts staged in shared memory (merge_parts_warp's Staged form);
+// the host sets it only where the launch's CTAs fit one wave, as the merging CTAs wait there for
+// the others to count in.
 constexpr int kEarlyTiles = 1, kChunkedMerge = 2, kRowSplits = 4, kScFence = 8, kMergeGroup8Flag = 16,
-              kTriggerAfterQ = 32, kTriggerAfterTiles = 64, kTriggerAfterMerge = 128, kStagedMerge = 256;
+              kTriggerAfterQ = 32, kTriggerAfterTiles = 64, kTriggerAfterMerge = 128, kSpreadMerge = 256;
 
 // atomicAdd with acquire-release semantics at GPU scope.
 __device__ __forceinline__ int32_t atomic_add_acq_rel(int32_t* p, int32_t v) {
     int32_t old;
     asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
     return old;
+}
+// A load with acquire semantics at GPU scope.
+__device__ __forceinline__ int32_t load_acquire(const int32_t* p) {
+    int32_t v;
+    asm volatile("ld.acquire.gpu.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
 }
 template <int HD, typename KT, int W, bool Tma>
 __global__ void __launch_bounds__(W * 32, 8 / W)
@@ -381,7 +389,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     constexpr int kK = HD / 16;   // k-steps of Q K^T
     constexpr int kN = HD / 8;    // n-tiles of P V
     extern __shared__ __align__(16) uint8_t smem[];
-    __shared__ int s_last;
+    __shared__ int s_slice;
 
     const int32_t row = rows ? rows[blockIdx.x] : static_cast<int32_t>(blockIdx.x);
     const int32_t group = n_heads / n_kv;
@@ -699,25 +707,45 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     // barrier orders them before it) and, in the last CTA, its acquire makes every other CTA's
     // visible to the loads after the second barrier. (kScFence: every thread's __threadfence before
     // a relaxed atomic and again after it, the earlier form, for A/B measurements.)
+    // kSpreadMerge (16-64 parts, a head's parts fitting the shared memory): the last n_g CTAs to
+    // count in merge a head each, once the count is full (an acquire load each; every CTA of the
+    // launch is resident, so the wait ends); the last of them to count out resets the counter.
     const bool sc_fence = (flags & kScFence) != 0;
     if (sc_fence) __threadfence();
     __syncthreads();
     int32_t* counter = counters + static_cast<int64_t>(row) * gridDim.y + blockIdx.y;
-    if (threadIdx.x == 0)
-        s_last = (sc_fence ? atomicAdd(counter, 1) : atomic_add_acq_rel(counter, 1)) == n_active_parts * cluster - 1;
+    const int32_t n_counted = n_active_parts * cluster;
+    const bool spread = W == 8 && HD >= 64 && (flags & kSpreadMerge) && n_g > 1 &&
+                        n_active_parts >= kChunkedMergeMinSplits && n_active_parts <= kMergeChunk &&
+                        staged_merge_bytes(1, n_active_parts, HD) <= dynamic_smem_bytes();
+    const int32_t n_mergers = spread ? n_g : 1;
+    if (threadIdx.x == 0) {
+        const int32_t ticket = sc_fence ? atomicAdd(counter, 1) : atomic_add_acq_rel(counter, 1);
+        s_slice = ticket - (n_counted - n_mergers);  // < 0: not a merging CTA
+        if (spread && s_slice >= 0)
+            while (load_acquire(counter) < n_counted) {
+            }
+    }
     __syncthreads();
     tl.mark(7);
-    if (!s_last) {
+    if (s_slice < 0) {
         tl.flush(kc);
         return;
     }
     if (sc_fence) __threadfence();
-    merge_parts<HD, W>(part_o, part_ml, n_parts, n_active_parts, n_g, static_cast<int64_t>(row) * n_heads + head0,
-                       reinterpret_cast<float*>(smem), s_max, s_sum, out, out_type, qx,
-                       flags & kChunkedMerge      ? kMergeChunked
-                       : flags & kMergeGroup8Flag ? kMergeGroup8
-                       : flags & kStagedMerge     ? kMergeStaged
-                                                  : kMergeWarp);
+    if constexpr (W == 8 && HD >= 64) {
+        if (spread) {
+            merge_parts_warp_call<HD, W, 16, true>(part_o, part_ml, n_parts, n_active_parts, 1, head_row0 + s_slice,
+                                                   out, out_type, qx, reinterpret_cast<float*>(smem));
+            if (threadIdx.x == 0 && atomicAdd(counter, 1) == n_counted + n_mergers - 1) *counter = 0;
+            tl.mark(8);
+            tl.flush(kc);
+            return;
+        }
+    }
+    merge_parts<HD, W>(part_o, part_ml, n_parts, n_active_parts, n_g, head_row0, reinterpret_cast<float*>(smem), s_max,
+                       s_sum, out, out_type, qx,
+                       flags & kChunkedMerge ? kMergeChunked : flags & kMergeGroup8Flag ? kMergeGroup8 : kMergeWarp);
     if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
     tl.mark(8);
     tl.flush(kc);

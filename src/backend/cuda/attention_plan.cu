@@ -58,24 +58,14 @@ int32_t one_cluster_tokens() {
 }
 
 namespace {
-int g_forced_staged_merge = -1;
+int g_forced_spread_merge = -1;
 }  // namespace
 
-void force_staged_merge(int on) { g_forced_staged_merge = on; }
+void force_spread_merge(int on) { g_forced_spread_merge = on; }
 
-bool staged_merge_enabled() {
-    static const bool on = env_int("MVLLM_ATTN_STAGED_MERGE", 0) != 0;
-    return g_forced_staged_merge >= 0 ? g_forced_staged_merge != 0 : on;
-}
-
-size_t decode_shared_bytes(size_t bytes, const DecodePlan& plan, int64_t n_ctas, int32_t n_sms, int ctas_per_sm,
-                           int32_t n_g, int head_dim, size_t max_dynamic) {
-    const int32_t n_parts = plan.split.n_splits / plan.cluster;
-    if (n_parts < mma_decode::kChunkedMergeMinSplits || n_parts > kMaxPlainSplits) return bytes;
-    const size_t need = mma_decode::staged_merge_bytes(n_g, n_parts, head_dim);
-    // More shared memory may leave one CTA per SM: only where the plan's CTAs still fit one wave.
-    const bool one_wave = ctas_per_sm == 1 || n_ctas <= n_sms;
-    return need > bytes && need <= max_dynamic && one_wave ? need : bytes;
+bool spread_merge_enabled() {
+    static const bool on = env_int("MVLLM_ATTN_SPREAD_MERGE", 0) != 0;
+    return g_forced_spread_merge >= 0 ? g_forced_spread_merge != 0 : on;
 }
 
 DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
