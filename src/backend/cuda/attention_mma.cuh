@@ -464,8 +464,13 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     tl.mark(2);
     pdl_wait();
     tl.mark(3);
-    // (Timeline builds: one load of the step's metadata, which no kernel writes, and its return.)
-    tl.mark_after(11, tl.probe(batch.positions + row));
+    // (Timeline builds: one load through L2 of Q's first line, which the previous kernel wrote, and
+    // its return, ahead of Q's own loads. Session 36 probed the step's metadata, which this CTA had
+    // read before the wait: back in 192 ns, against ~2.7 us for Q's first value.)
+    const int64_t raw_width = static_cast<int64_t>(n_heads + 2 * n_kv) * HD;
+    tl.mark_after(11, tl.probe(reinterpret_cast<const int32_t*>(
+                          fold ? raw.qkv + row * raw_width + static_cast<int64_t>(head0) * HD
+                               : q + (static_cast<int64_t>(row) * n_heads + head0) * HD)));
     // The first tiles not loaded before the wait (those holding the step's new tokens) start
     // before Q is read, so that their round trip and Q's overlap.
     for (int32_t s = n_pre; s < kStages - 1; ++s) {
@@ -480,7 +485,6 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     const int32_t last = ctx - 1, new_tile = (last - t_begin) / kTile;
     const bool new_here = fold && t_begin <= last && t_end == ctx && new_tile % W == warp;
     NewKv<HD, KT> new_kv;
-    const int64_t raw_width = static_cast<int64_t>(n_heads + 2 * n_kv) * HD;
     if (new_here) {
         const int64_t k_off = static_cast<int64_t>(n_heads + kv_head) * HD, v_off = k_off + static_cast<int64_t>(n_kv) * HD;
         const float* raw_row = raw.qkv + row * raw_width;
