@@ -60,8 +60,9 @@ int32_t min_split_tokens(int warps) {
 // split merge in place of the warp merge (MVLLM_ATTN_MERGE=chunked) or its 8-part groups
 // (MVLLM_ATTN_MERGE=x8), the split count's earlier fences (MVLLM_ATTN_FENCE=sc), where it lets
 // the next kernel launch (MVLLM_ATTN_TRIGGER: 0 on entry, 1 after Q, 2 after the tiles, 3 after
-// the warp merge), and each row's context spread over all the splits unless batch-invariant
-// (MVLLM_ATTN_ROW_SPLITS=0: fixed positions; measurements only). The trigger after Q is the default
+// the warp merge, 4 as it exits), and each row's context spread over all the splits unless
+// batch-invariant (MVLLM_ATTN_ROW_SPLITS=0: fixed positions; measurements only), L2 prefetches of
+// Q's inputs before the wait (MVLLM_ATTN_PREFETCH_Q=1, off until measured). The trigger after Q is the default
 // where the matmuls are GEMVs (up to kGemvMaxColumns rows; batch 1 +3.5 % on the H200, NOTES,
 // thirty-third session); larger batches, not measured with it, trigger on entry.
 int decode_flags(bool batch_invariant, int32_t n_rows) {
@@ -76,12 +77,14 @@ int decode_flags(bool batch_invariant, int32_t n_rows) {
         return v && std::strcmp(v, "sc") == 0 ? mma_decode::kScFence : 0;
     }();
     static const bool row_splits = env_on("MVLLM_ATTN_ROW_SPLITS");
+    static const bool prefetch_q = env_int("MVLLM_ATTN_PREFETCH_Q", 0) != 0;
     static const int forced = env_int("MVLLM_ATTN_TRIGGER", -1);
     constexpr int kTriggers[] = {0, mma_decode::kTriggerAfterQ, mma_decode::kTriggerAfterTiles,
-                                 mma_decode::kTriggerAfterMerge};
+                                 mma_decode::kTriggerAfterMerge, mma_decode::kTriggerAtExit};
     const int mode = forced >= 0 ? forced : n_rows <= kGemvMaxColumns ? 1 : 0;
-    const int trigger = mode < 4 ? kTriggers[mode] : 0;
+    const int trigger = mode < 5 ? kTriggers[mode] : 0;
     return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | merge | fence | trigger |
+           (prefetch_q ? mma_decode::kPrefetchQ : 0) |
            (row_splits && !batch_invariant ? mma_decode::kRowSplits : 0);
 }
 

@@ -355,13 +355,19 @@ struct NewKv {
 // only once its Q fragments are built / its tiles are done / its warps are merged, instead of on
 // entry, so that the later kernels' early weight loads do not compete with this kernel's first
 // loads after the wait. After Q is the default up to kGemvMaxColumns rows (decode_flags); the
-// others are for measurements (MVLLM_ATTN_TRIGGER).
+// others are for measurements (MVLLM_ATTN_TRIGGER), as is kTriggerAtExit (no trigger: the next
+// kernel launches as the CTAs exit).
+// kPrefetchQ: before the PDL wait, warp 0 asks L2 for the lines Q's loads after the wait read and
+// the previous kernel does not write (raw: the Q heads' bias and the row's rotations, and in the
+// CTA holding the new token its K/V bias; else q itself), so that they are not HBM misses queued
+// behind the early tile loads (an L2 prefetch returns no data, so it cannot be stale).
 // kSpreadMerge: a split merge of 16-64 parts is shared by the row's last n_g CTAs to count
 // themselves in, a head each, its parts staged in shared memory (merge_parts_warp's Staged form);
 // the host sets it only where the launch's CTAs fit one wave, as the merging CTAs wait there for
 // the others to count in.
 constexpr int kEarlyTiles = 1, kChunkedMerge = 2, kRowSplits = 4, kScFence = 8, kMergeGroup8Flag = 16,
-              kTriggerAfterQ = 32, kTriggerAfterTiles = 64, kTriggerAfterMerge = 128, kSpreadMerge = 256;
+              kTriggerAfterQ = 32, kTriggerAfterTiles = 64, kTriggerAfterMerge = 128, kSpreadMerge = 256,
+              kPrefetchQ = 512, kTriggerAtExit = 1024;
 
 // atomicAdd with acquire-release semantics at GPU scope.
 __device__ __forceinline__ int32_t atomic_add_acq_rel(int32_t* p, int32_t v) {
@@ -382,7 +388,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
                   int32_t n_splits, void* out, DType out_type, float* part_o, float* part_ml, int32_t* counters,
                   const int32_t* rows, int flags, int cluster, QxView qx, const __grid_constant__ KvTensorMaps maps,
                   RawQkv raw) {
-    if (!(flags & (kTriggerAfterQ | kTriggerAfterTiles | kTriggerAfterMerge))) pdl_trigger();
+    if (!(flags & (kTriggerAfterQ | kTriggerAfterTiles | kTriggerAfterMerge | kTriggerAtExit))) pdl_trigger();
     Timeline tl;
     tl.mark(0);
     static_assert(HD % 16 == 0, "head_dim must be a multiple of 16");
@@ -447,6 +453,22 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     const bool fold = raw.qkv != nullptr;
     const float2* rot = fold ? raw.rot + static_cast<int64_t>(row) * (HD / 2) : nullptr;
     tl.mark(1);
+    if ((flags & kPrefetchQ) && warp == 0) {
+        const size_t q_bytes = static_cast<size_t>(n_g) * HD * sizeof(float);
+        if (!fold) {
+            prefetch_l2_range(q + (static_cast<int64_t>(row) * n_heads + head0) * HD, q_bytes, lane);
+        } else {
+            prefetch_l2_range(rot, HD / 2 * sizeof(float2), lane);
+            if (raw.bias) {
+                prefetch_l2_range(raw.bias + static_cast<int64_t>(head0) * HD, q_bytes, lane);
+                if (t_end == ctx) {  // the new token's K/V bias
+                    prefetch_l2_range(raw.bias + static_cast<int64_t>(n_heads + kv_head) * HD, HD * sizeof(float), lane);
+                    prefetch_l2_range(raw.bias + static_cast<int64_t>(n_heads + n_kv + kv_head) * HD,
+                                      HD * sizeof(float), lane);
+                }
+            }
+        }
+    }
     int32_t n_pre = 0;
     if (flags & kEarlyTiles) {
         // raw: the new token's row is patched in shared memory after its tile lands (the cache row

@@ -244,6 +244,13 @@ __device__ __forceinline__ void pdl_begin(MVLLM_PDL_SITE) {
 }
 // Brings the 128-byte line of p into L2 (no register result; safe before pdl_wait: L2 is coherent).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+// L2 prefetches of the 128-byte lines that [p, p + bytes) touches, spread over a warp's lanes.
+__device__ __forceinline__ void prefetch_l2_range(const void* p, size_t bytes, int lane) {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127};
+    const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+    for (uintptr_t a = first + static_cast<uintptr_t>(lane) * 128; a < end; a += 32 * 128)
+        prefetch_l2(reinterpret_cast<const void*>(a));
+}
 
 // Grows a device scratch buffer to at least `need` bytes; its contents are not kept (the device
 // is synchronised first: the old buffer may still be in use). Out of memory: DeviceOutOfMemory
