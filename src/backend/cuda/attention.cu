@@ -62,7 +62,8 @@ int32_t min_split_tokens(int warps) {
 // the next kernel launch (MVLLM_ATTN_TRIGGER: 0 on entry, 1 after Q, 2 after the tiles, 3 after
 // the warp merge, 4 as it exits), and each row's context spread over all the splits unless
 // batch-invariant (MVLLM_ATTN_ROW_SPLITS=0: fixed positions; measurements only), L2 prefetches of
-// Q's inputs before the wait (MVLLM_ATTN_PREFETCH_Q=1, off until measured). The trigger after Q is the default
+// Q's inputs before the wait (on by default; MVLLM_ATTN_PREFETCH_Q=0 turns them off: the 0.5B +1-2 %, B1 7B
+// F16 32K -5 % on the H200, NOTES, thirty-eighth session). The trigger after Q is the default
 // where the matmuls are GEMVs (up to kGemvMaxColumns rows; batch 1 +3.5 % on the H200, NOTES,
 // thirty-third session); larger batches, not measured with it, trigger on entry.
 int decode_flags(bool batch_invariant, int32_t n_rows) {
@@ -77,7 +78,7 @@ int decode_flags(bool batch_invariant, int32_t n_rows) {
         return v && std::strcmp(v, "sc") == 0 ? mma_decode::kScFence : 0;
     }();
     static const bool row_splits = env_on("MVLLM_ATTN_ROW_SPLITS");
-    static const bool prefetch_q = env_int("MVLLM_ATTN_PREFETCH_Q", 0) != 0;
+    static const bool prefetch_q = env_int("MVLLM_ATTN_PREFETCH_Q", 1) != 0;
     static const int forced = env_int("MVLLM_ATTN_TRIGGER", -1);
     constexpr int kTriggers[] = {0, mma_decode::kTriggerAfterQ, mma_decode::kTriggerAfterTiles,
                                  mma_decode::kTriggerAfterMerge, mma_decode::kTriggerAtExit};
