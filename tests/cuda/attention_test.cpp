@@ -4,6 +4,7 @@
 // head geometries of the fixtures and of Qwen2.5 0.5B / 7B. Skips without a GPU.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 #include "backend/cpu/attention.h"
@@ -285,6 +286,50 @@ TEST(CudaAttention, DecodePlanKeepsARowInOneClusterUpToTheLimit) {
     EXPECT_EQ(cuda::plan_decode(1, 2, 4096, 264, 240, 256, 128, 1, false, 1024).cluster, 1);
     EXPECT_EQ(cuda::plan_decode(1, 2, 4096, 264, 240, 256, 128, 2, true, 1024).split.split_tokens,
               cuda::kInvariantSplitTokens);
+}
+
+// How the split merge runs and where the kernel lets the next one launch, on the plans of the two
+// geometries (F16 KV, 8 warps, the H200's slots): after 32K tokens the 0.5B (2 CTAs an SM) merges
+// ~64 parts spread over its last CTAs and lets the next kernel launch after Q; the 7B (1 CTA an
+// SM) merges 33 parts in its last CTA and lets the next kernel launch after that merge; after 2K
+// tokens both keep a row in one cluster, with no split merge, and trigger after Q. Larger
+// batches trigger on entry; MVLLM_ATTN_SPREAD_MERGE=1 (force_spread_merge(1)) takes any one-wave
+// split merge, 0 none.
+TEST(CudaAttention, SplitMergeRulesFollowThePlans) {
+    if (std::getenv("MVLLM_ATTN_SPREAD_MERGE") || std::getenv("MVLLM_ATTN_TRIGGER"))
+        GTEST_SKIP() << "the rules under test are overridden by the environment";
+    struct Case {
+        int32_t ctas_per_row, context, ctas_per_sm;
+        bool want_spread;
+        int want_trigger;
+    };
+    const Case cases[] = {
+        {2, 32768, 2, true, 1},   // 0.5B after 32K
+        {4, 32768, 1, false, 3},  // 7B after 32K
+        {2, 2048, 2, false, 1},   // 0.5B after 2K: one cluster
+        {4, 2048, 1, false, 1},   // 7B after 2K: one cluster
+    };
+    cuda::force_spread_merge(-1);
+    for (const Case& c : cases) {
+        const int32_t slots = 132 * c.ctas_per_sm, cluster_slots = c.ctas_per_sm == 2 ? 240 : 120;
+        const cuda::DecodePlan p = cuda::plan_decode(1, c.ctas_per_row, c.context, slots, cluster_slots, 256, 128, 2,
+                                                     false, 1024);
+        const int32_t n_parts = p.split.n_splits / p.cluster;
+        const bool one_wave = static_cast<int64_t>(c.ctas_per_row) * p.split.n_splits <= slots;
+        EXPECT_EQ(cuda::spread_merge(n_parts, one_wave, c.ctas_per_sm), c.want_spread) << c.context;
+        EXPECT_EQ(cuda::decode_trigger_mode(1, n_parts, c.ctas_per_sm), c.want_trigger) << c.context;
+    }
+    EXPECT_FALSE(cuda::spread_merge(64, false, 2));  // more than one wave: the mergers could wait forever
+    EXPECT_EQ(cuda::decode_trigger_mode(8, 33, 1), 3);
+    EXPECT_EQ(cuda::decode_trigger_mode(9, 33, 1), 0);
+    EXPECT_EQ(cuda::decode_trigger_mode(16, 1, 2), 0);
+    cuda::force_spread_merge(1);
+    EXPECT_TRUE(cuda::spread_merge(33, true, 1));
+    EXPECT_FALSE(cuda::spread_merge(33, false, 1));
+    EXPECT_FALSE(cuda::spread_merge(1, true, 2));
+    cuda::force_spread_merge(0);
+    EXPECT_FALSE(cuda::spread_merge(64, true, 2));
+    cuda::force_spread_merge(-1);
 }
 
 // Decode rows whose splits merge through thread-block clusters: one cluster per row (the mixed

@@ -59,14 +59,11 @@ int32_t min_split_tokens(int warps) {
 // The decode kernel's flags: its first tiles before the PDL wait (MVLLM_EARLY_LOADS), the chunked
 // split merge in place of the warp merge (MVLLM_ATTN_MERGE=chunked) or its 8-part groups
 // (MVLLM_ATTN_MERGE=x8), the split count's earlier fences (MVLLM_ATTN_FENCE=sc), where it lets
-// the next kernel launch (MVLLM_ATTN_TRIGGER: 0 on entry, 1 after Q, 2 after the tiles, 3 after
-// the warp merge, 4 as it exits), and each row's context spread over all the splits unless
-// batch-invariant (MVLLM_ATTN_ROW_SPLITS=0: fixed positions; measurements only), L2 prefetches of
-// Q's inputs before the wait (on by default; MVLLM_ATTN_PREFETCH_Q=0 turns them off: the 0.5B +1-2 %, B1 7B
-// F16 32K -5 % on the H200, NOTES, thirty-eighth session). The trigger after Q is the default
-// where the matmuls are GEMVs (up to kGemvMaxColumns rows; batch 1 +3.5 % on the H200, NOTES,
-// thirty-third session); larger batches, not measured with it, trigger on entry.
-int decode_flags(bool batch_invariant, int32_t n_rows) {
+// the next kernel launch (decode_trigger_mode), and each row's context spread over all the splits
+// unless batch-invariant (MVLLM_ATTN_ROW_SPLITS=0: fixed positions; measurements only), L2
+// prefetches of Q's inputs before the wait (on by default; MVLLM_ATTN_PREFETCH_Q=0 turns them off:
+// the 0.5B +1-2 %, B1 7B F16 32K -5 % on the H200, NOTES, thirty-eighth session).
+int decode_flags(bool batch_invariant, int32_t n_rows, int32_t n_parts, int ctas_per_sm) {
     static const int merge = [] {
         const char* v = std::getenv("MVLLM_ATTN_MERGE");
         if (v && std::strcmp(v, "chunked") == 0) return mma_decode::kChunkedMerge;
@@ -79,11 +76,10 @@ int decode_flags(bool batch_invariant, int32_t n_rows) {
     }();
     static const bool row_splits = env_on("MVLLM_ATTN_ROW_SPLITS");
     static const bool prefetch_q = env_int("MVLLM_ATTN_PREFETCH_Q", 1) != 0;
-    static const int forced = env_int("MVLLM_ATTN_TRIGGER", -1);
     constexpr int kTriggers[] = {0, mma_decode::kTriggerAfterQ, mma_decode::kTriggerAfterTiles,
                                  mma_decode::kTriggerAfterMerge, mma_decode::kTriggerAtExit};
-    const int mode = forced >= 0 ? forced : n_rows <= kGemvMaxColumns ? 1 : 0;
-    const int trigger = mode < 5 ? kTriggers[mode] : 0;
+    const int mode = decode_trigger_mode(n_rows, n_parts, ctas_per_sm);
+    const int trigger = mode >= 0 && mode < 5 ? kTriggers[mode] : 0;
     return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | merge | fence | trigger |
            (prefetch_q ? mma_decode::kPrefetchQ : 0) |
            (row_splits && !batch_invariant ? mma_decode::kRowSplits : 0);
@@ -174,8 +170,8 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     // The spread merge's CTAs wait for the rest of their row: only where the launch fits one wave.
     const int64_t n_ctas = static_cast<int64_t>(grid.x) * grid.y * grid.z;
     const bool one_wave = n_ctas <= (cluster > 1 ? cluster_slots : static_cast<int64_t>(n_sms) * ctas_per_sm);
-    const int flags = decode_flags(batch_invariant, batch.n_tokens) |
-                      (n_parts > 1 && one_wave && spread_merge_enabled() ? mma_decode::kSpreadMerge : 0);
+    const int flags = decode_flags(batch_invariant, batch.n_tokens, n_parts, ctas_per_sm) |
+                      (spread_merge(n_parts, one_wave, ctas_per_sm) ? mma_decode::kSpreadMerge : 0);
     launch_pdl_clustered(mma_decode::decode_kernel<HD, KT, W, Tma>, grid, W * 32, kShared, stream, dim3(1, 1, cluster),
                          batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
                          static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits,

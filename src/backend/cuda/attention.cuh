@@ -93,10 +93,23 @@ DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_conte
 int32_t one_cluster_tokens();
 void force_one_cluster_tokens(int32_t tokens);
 // Whether the decode kernel's split merge of 16-64 parts is spread over the row's last CTAs, a
-// head each (mma_decode::kSpreadMerge; MVLLM_ATTN_SPREAD_MERGE=1, off by default until measured on
-// a GPU). force_spread_merge(0 / 1) overrides it (tests), -1 restores it.
-bool spread_merge_enabled();
+// head each (mma_decode::kSpreadMerge): where the plan has a split merge (n_parts > 1) whose CTAs
+// fit one wave (the mergers wait for the rest of their row) and the kernel keeps two CTAs an SM
+// (F16 KV at head_dim 64). There the 0.5B gained 1.7-3.1 % after 16K / 32K tokens on the H100
+// and H200; with one CTA an SM (the 7B, BF16 KV) the spread merge lost 1-1.4 % of the 7B's decode
+// and up to 8 % of B1 BF16 (bench/NOTES.md, thirty-eighth session). MVLLM_ATTN_SPREAD_MERGE=0 / 1:
+// never / wherever the plan allows it; force_spread_merge(0 / 1) overrides both (tests), -1
+// restores them. Host rule, no GPU needed.
+bool spread_merge(int32_t n_parts, bool one_wave, int ctas_per_sm);
 void force_spread_merge(int on);
+// Where the decode kernel lets the next kernel launch, as a mode of MVLLM_ATTN_TRIGGER (0 on entry,
+// 1 after Q, 2 after the tiles, 3 after the warp merge, 4 at exit), which overrides the rule. After
+// Q where the matmuls are GEMVs (up to kGemvMaxColumns rows: batch 1 +3.5 % on the H200, NOTES,
+// thirty-third session), except for a plan with a split merge whose kernel holds one CTA an SM:
+// there after the warp merge (the 7B after 32K tokens +3.5-3.9 % in two runs, after 16K +0.8 %;
+// the 0.5B, two CTAs an SM, lost 2 % with it; thirty-eighth session). Larger batches, not
+// measured with a later trigger, trigger on entry. Host rule, no GPU needed.
+int decode_trigger_mode(int32_t n_rows, int32_t n_parts, int ctas_per_sm);
 
 // Whether the fused F16/BF16 path sends the batch's prefill chunks to the tiled prefill kernel:
 // a sequence of the batch has at least 64 / group query rows, not batch-invariant, and

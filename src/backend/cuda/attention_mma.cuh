@@ -354,9 +354,9 @@ struct NewKv {
 // kTriggerAfterQ / kTriggerAfterTiles / kTriggerAfterMerge: the CTA lets the next kernel launch
 // only once its Q fragments are built / its tiles are done / its warps are merged, instead of on
 // entry, so that the later kernels' early weight loads do not compete with this kernel's first
-// loads after the wait. After Q is the default up to kGemvMaxColumns rows (decode_flags); the
-// others are for measurements (MVLLM_ATTN_TRIGGER), as is kTriggerAtExit (no trigger: the next
-// kernel launches as the CTAs exit).
+// loads after the wait. The host picks one (decode_trigger_mode: after Q up to kGemvMaxColumns
+// rows, after the merge for split-merge plans of one CTA an SM); kTriggerAfterTiles and
+// kTriggerAtExit (no trigger: the next kernel launches as the CTAs exit) are for measurements.
 // kPrefetchQ: before the PDL wait, warp 0 asks L2 for the lines Q's loads after the wait read and
 // the previous kernel does not write (raw: the Q heads' bias and the row's rotations, and in the
 // CTA holding the new token its K/V bias; else q itself), so that they are not HBM misses queued
@@ -364,7 +364,7 @@ struct NewKv {
 // kSpreadMerge: a split merge of 16-64 parts is shared by the row's last n_g CTAs to count
 // themselves in, a head each, its parts staged in shared memory (merge_parts_warp's Staged form);
 // the host sets it only where the launch's CTAs fit one wave, as the merging CTAs wait there for
-// the others to count in.
+// the others to count in, and (spread_merge) where the kernel keeps two CTAs an SM.
 constexpr int kEarlyTiles = 1, kChunkedMerge = 2, kRowSplits = 4, kScFence = 8, kMergeGroup8Flag = 16,
               kTriggerAfterQ = 32, kTriggerAfterTiles = 64, kTriggerAfterMerge = 128, kSpreadMerge = 256,
               kPrefetchQ = 512, kTriggerAtExit = 1024;

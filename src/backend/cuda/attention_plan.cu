@@ -1,5 +1,6 @@
 // The decode attention's split plans (host rules, no GPU needed): how many context splits a
-// batch's rows take, and when the splits of a row merge through a thread-block cluster.
+// batch's rows take, when the splits of a row merge through a thread-block cluster, how the split
+// merge runs and where the kernel lets the next one launch.
 #include <algorithm>
 #include <bit>
 
@@ -7,6 +8,7 @@
 #include "backend/cuda/attention_merge.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/env.h"
+#include "backend/cuda/gemv.cuh"
 
 namespace mvllm::cuda {
 
@@ -63,9 +65,18 @@ int g_forced_spread_merge = -1;
 
 void force_spread_merge(int on) { g_forced_spread_merge = on; }
 
-bool spread_merge_enabled() {
-    static const bool on = env_int("MVLLM_ATTN_SPREAD_MERGE", 0) != 0;
-    return g_forced_spread_merge >= 0 ? g_forced_spread_merge != 0 : on;
+bool spread_merge(int32_t n_parts, bool one_wave, int ctas_per_sm) {
+    static const int setting = env_int("MVLLM_ATTN_SPREAD_MERGE", -1);
+    const int on = g_forced_spread_merge >= 0 ? g_forced_spread_merge : setting;
+    if (on == 0 || n_parts <= 1 || !one_wave) return false;
+    return on > 0 || ctas_per_sm >= 2;
+}
+
+int decode_trigger_mode(int32_t n_rows, int32_t n_parts, int ctas_per_sm) {
+    static const int forced = env_int("MVLLM_ATTN_TRIGGER", -1);
+    if (forced >= 0) return forced;
+    if (n_rows > kGemvMaxColumns) return 0;
+    return n_parts > 1 && ctas_per_sm == 1 ? 3 : 1;
 }
 
 DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
