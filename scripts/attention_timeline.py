@@ -2,12 +2,13 @@
 """Summarise the decode attention's timeline (a build with -DMVLLM_ATTN_TIMELINE=ON, CSV files
 written through MVLLM_ATTN_TIMELINE_OUT).
 
-Each record is one CTA: %globaltimer (ns) and clock64 at eleven marks: 0 entry, 1 metadata read,
+Each record is one CTA: %globaltimer (ns) and clock64 at fourteen marks: 0 entry, 1 metadata read,
 2 early loads issued, 3 griddepcontrol.wait over, 4 Q fragments built (its last value back), 5 tiles
 done, 6 the CTA's warps merged (partials stored), 7 split counted or cluster merge done, 8 final
 merge done (0 when this CTA did not merge), 9 the tiles left for after the wait issued, 10 the
-first Q value back, 11 a load of the step's metadata (no kernel writes it) issued right after the
-wait, back (files of older builds lack marks 9-11). Records of one launch share a K-cache pointer; a launch is split from the
+first Q value back, 11 a load through L2 of Q's first line issued right after the wait, back, then
+(with the fused QKV row) 12 one of its bias, 13 one of the row's rotations, each issued after the
+previous probe's return (0 where not probed; files of older builds lack marks 9-13). Records of one launch share a K-cache pointer; a launch is split from the
 next one with the same pointer by a gap in its start times.
 
 Usage: scripts/attention_timeline.py [--detail] FILE.csv [...]  prints, per file, medians over the
@@ -52,7 +53,7 @@ def med(xs):
 
 PHASES = [  # name, from mark, to mark
     ("metadata", 0, 1), ("early_loads", 1, 2), ("q", 3, 4), ("q_issue", 3, 9), ("q_first", 9, 10),
-    ("q_rest", 10, 4), ("probe", 3, 11), ("tiles", 4, 5),
+    ("q_rest", 10, 4), ("probe", 3, 11), ("probe_bias", 11, 12), ("probe_rot", 12, 13), ("tiles", 4, 5),
     ("warp_merge", 5, 6), ("split_count", 6, 7), ("final_merge", 7, 8),
 ]
 
@@ -63,7 +64,7 @@ def summarise(path):
     for rs in L:
         s = {"ctas": len(rs)}
         for name, a, b in PHASES:
-            s[name] = med([r[f"ns{b}"] - r[f"ns{a}"] for r in rs if r.get(f"ns{b}") and f"ns{a}" in r])
+            s[name] = med([r[f"ns{b}"] - r[f"ns{a}"] for r in rs if r.get(f"ns{b}") and r.get(f"ns{a}")])
         w0 = min(r["ns3"] for r in rs)
         s["waits"] = w0 - min(r["ns0"] for r in rs)  # first CTA: entry to wait over
         s["wait_to_end"] = max(end(r) for r in rs) - w0

@@ -185,9 +185,10 @@ __device__ __forceinline__ void prefetch_tile(const KT* kc, const KT* vc, const 
 // CTAs start, wait and finish relative to one another and to the previous kernel, which neither a
 // per-kernel profiler nor the graph ablation can show.
 #ifdef MVLLM_ATTN_TIMELINE
-constexpr int kTimelineMarks = 12;  // entry, metadata, early loads issued, wait over, Q ready, tiles done,
+constexpr int kTimelineMarks = 14;  // entry, metadata, early loads issued, wait over, Q ready, tiles done,
                                     // partials stored, split counted, merged, the tiles after the wait
-                                    // issued, the first Q value back, a load no kernel wrote back
+                                    // issued, the first Q value back, then probes of Q's first line,
+                                    // of its bias's and of the row's rotations, each back
 struct TimelineRecord {
     uint64_t kc;  // the layer's K cache (tells launches apart)
     uint32_t sm, x, y, z;
@@ -487,12 +488,16 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     pdl_wait();
     tl.mark(3);
     // (Timeline builds: one load through L2 of Q's first line, which the previous kernel wrote, and
-    // its return, ahead of Q's own loads. Session 36 probed the step's metadata, which this CTA had
-    // read before the wait: back in 192 ns, against ~2.7 us for Q's first value.)
+    // its return, ahead of Q's own loads; with the fused row, then a line of its bias and one of
+    // the row's rotations, in turn. Session 36 probed the step's metadata, which this CTA had read
+    // before the wait: back in 192 ns, against ~2.7 us for Q's first value.)
     const int64_t raw_width = static_cast<int64_t>(n_heads + 2 * n_kv) * HD;
     tl.mark_after(11, tl.probe(reinterpret_cast<const int32_t*>(
                           fold ? raw.qkv + row * raw_width + static_cast<int64_t>(head0) * HD
                                : q + (static_cast<int64_t>(row) * n_heads + head0) * HD)));
+    if (fold && raw.bias)
+        tl.mark_after(12, tl.probe(reinterpret_cast<const int32_t*>(raw.bias + static_cast<int64_t>(head0) * HD)));
+    if (fold) tl.mark_after(13, tl.probe(reinterpret_cast<const int32_t*>(rot)));
     // The first tiles not loaded before the wait (those holding the step's new tokens) start
     // before Q is read, so that their round trip and Q's overlap.
     for (int32_t s = n_pre; s < kStages - 1; ++s) {
