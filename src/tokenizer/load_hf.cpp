@@ -99,7 +99,12 @@ Result<VocabData> read_hf_vocab(const std::string& dir) {
                 return make_error(path, ": an added token's id is missing or not an integer");
             max_id = std::max(max_id, id);
         }
-        if (max_id < 0 || max_id > (1 << 24)) return make_error(path, ": vocabulary ids out of range");
+        // Real vocabularies number their tokens densely (a hole is named "[PADn]" below); an id range
+        // mostly of holes is a corrupt file, and building it would take gigabytes.
+        const int64_t n_defined = static_cast<int64_t>(vocab.size() + added.size());
+        if (max_id < 0 || max_id > (1 << 24) || max_id + 1 > 2 * n_defined + 1024)
+            return make_error(path, ": vocabulary ids out of range (highest ", max_id, " for ", n_defined,
+                              " tokens; at most 1,024 + one hole per token is accepted)");
         d.tokens.assign(max_id + 1, std::string());
         d.types.assign(max_id + 1, TokenType::UNUSED);
         for (auto it = vocab.begin(); it != vocab.end(); ++it) {
