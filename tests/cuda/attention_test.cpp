@@ -289,7 +289,7 @@ TEST(CudaAttention, DecodePlanKeepsARowInOneClusterUpToTheLimit) {
 }
 
 // How the split merge runs and where the kernel lets the next one launch, on the plans of the two
-// geometries (F16 KV, 8 warps, the H200's slots): after 32K tokens the 0.5B (2 CTAs an SM) merges
+// geometries (F16 KV, 8 warps, the slots of 132 SMs): after 32K tokens the 0.5B (2 CTAs an SM) merges
 // ~64 parts spread over its last CTAs and lets the next kernel launch after Q; the 7B (1 CTA an
 // SM) merges 33 parts in its last CTA and lets the next kernel launch after that merge; after 2K
 // tokens both keep a row in one cluster, with no split merge, and trigger after Q. Larger
@@ -315,7 +315,8 @@ TEST(CudaAttention, SplitMergeRulesFollowThePlans) {
         const cuda::DecodePlan p = cuda::plan_decode(1, c.ctas_per_row, c.context, slots, cluster_slots, 256, 128, 2,
                                                      false, 1024);
         const int32_t n_parts = p.split.n_splits / p.cluster;
-        const bool one_wave = static_cast<int64_t>(c.ctas_per_row) * p.split.n_splits <= slots;
+        // As decode_launch counts a wave: in cluster slots for a cluster plan.
+        const bool one_wave = static_cast<int64_t>(c.ctas_per_row) * p.split.n_splits <= (p.cluster > 1 ? cluster_slots : slots);
         EXPECT_EQ(cuda::spread_merge(n_parts, one_wave, c.ctas_per_sm), c.want_spread) << c.context;
         EXPECT_EQ(cuda::decode_trigger_mode(1, n_parts, c.ctas_per_sm), c.want_trigger) << c.context;
     }

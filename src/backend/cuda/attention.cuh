@@ -96,7 +96,7 @@ void force_one_cluster_tokens(int32_t tokens);
 // head each (mma_decode::kSpreadMerge): where the plan has a split merge (n_parts > 1) whose CTAs
 // fit one wave (the mergers wait for the rest of their row) and the kernel keeps two CTAs an SM
 // (F16 KV at head_dim 64). There the 0.5B gained 1.7-3.1 % after 16K / 32K tokens on the H100
-// and H200; with one CTA an SM (the 7B, BF16 KV) the spread merge lost 1-1.4 % of the 7B's decode
+// and H200; with one CTA an SM (the 7B, BF16 KV) the spread merge lost 0.9-1.4 % of the 7B's decode
 // and up to 8 % of B1 BF16 (bench/NOTES.md, thirty-eighth session). MVLLM_ATTN_SPREAD_MERGE=0 / 1:
 // never / wherever the plan allows it; force_spread_merge(0 / 1) overrides both (tests), -1
 // restores them. Host rule, no GPU needed.
