@@ -318,12 +318,15 @@ TEST(CudaAttention, SplitMergeRulesFollowThePlans) {
         // As decode_launch counts a wave: in cluster slots for a cluster plan.
         const bool one_wave = static_cast<int64_t>(c.ctas_per_row) * p.split.n_splits <= (p.cluster > 1 ? cluster_slots : slots);
         EXPECT_EQ(cuda::spread_merge(n_parts, one_wave, c.ctas_per_sm), c.want_spread) << c.context;
-        EXPECT_EQ(cuda::decode_trigger_mode(1, n_parts, c.ctas_per_sm), c.want_trigger) << c.context;
+        EXPECT_EQ(cuda::decode_trigger_mode(1, n_parts, c.ctas_per_sm, cuda::AttentionNext::Matmul), c.want_trigger)
+            << c.context;
+        // Before another attention launch (B1) the trigger stays after Q.
+        EXPECT_EQ(cuda::decode_trigger_mode(1, n_parts, c.ctas_per_sm, cuda::AttentionNext::Attention), 1) << c.context;
     }
     EXPECT_FALSE(cuda::spread_merge(64, false, 2));  // more than one wave: the mergers could wait forever
-    EXPECT_EQ(cuda::decode_trigger_mode(8, 33, 1), 3);
-    EXPECT_EQ(cuda::decode_trigger_mode(9, 33, 1), 0);
-    EXPECT_EQ(cuda::decode_trigger_mode(16, 1, 2), 0);
+    EXPECT_EQ(cuda::decode_trigger_mode(8, 33, 1, cuda::AttentionNext::Matmul), 3);
+    EXPECT_EQ(cuda::decode_trigger_mode(9, 33, 1, cuda::AttentionNext::Matmul), 0);
+    EXPECT_EQ(cuda::decode_trigger_mode(16, 1, 2, cuda::AttentionNext::Matmul), 0);
     cuda::force_spread_merge(1);
     EXPECT_TRUE(cuda::spread_merge(33, true, 1));
     EXPECT_FALSE(cuda::spread_merge(33, false, 1));
@@ -373,6 +376,21 @@ TEST(CudaAttention, LongContextPlainPlanMatchesReference) {
     run_case(CudaAttentionVariant::Fused, DType::BF16, DType::F16, kGeometries[0], {{20000, 1}, {9000, 1}}, 16, 2201);
     run_case(CudaAttentionVariant::Fused, DType::F16, DType::F16, kGeometries[1], {{32768, 1}}, 16, 2202);
     run_case(CudaAttentionVariant::Fused, DType::BF16, DType::F32, kGeometries[5], {{20000, 1}, {3000, 1}}, 16, 2203);
+}
+
+// The occupancy the plans are tuned for: two CTAs an SM of the 8-warp F16 kernel at head_dim 64
+// (the 0.5B's; its register bound, kMinCtasPerSm) and one at head_dim 128 (the 7B's), by tensor
+// copies and by cp.async.
+TEST(CudaAttention, DecodeKernelKeepsItsCtasPerSm) {
+    MVLLM_REQUIRE_GPU();
+    int n_sms = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+    for (int tma : {1, 0}) {
+        cuda::force_attention_tma(tma);
+        EXPECT_EQ(cuda::decode_cluster_slots_f16(64, 8, 1), 2 * n_sms) << "tma " << tma;
+        EXPECT_EQ(cuda::decode_cluster_slots_f16(128, 8, 1), n_sms) << "tma " << tma;
+    }
+    cuda::force_attention_tma(-1);
 }
 
 // The split merge spread over a row's last CTAs (a head each, its parts staged in shared memory)

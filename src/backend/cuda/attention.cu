@@ -63,7 +63,7 @@ int32_t min_split_tokens(int warps) {
 // unless batch-invariant (MVLLM_ATTN_ROW_SPLITS=0: fixed positions; measurements only), L2
 // prefetches of Q's inputs before the wait (on by default; MVLLM_ATTN_PREFETCH_Q=0 turns them off:
 // the 0.5B +1-2 %, B1 7B F16 32K -5 % on the H200, NOTES, thirty-eighth session).
-int decode_flags(bool batch_invariant, int32_t n_rows, int32_t n_parts, int ctas_per_sm) {
+int decode_flags(bool batch_invariant, int32_t n_rows, int32_t n_parts, int ctas_per_sm, AttentionNext next) {
     static const int merge = [] {
         const char* v = std::getenv("MVLLM_ATTN_MERGE");
         if (v && std::strcmp(v, "chunked") == 0) return mma_decode::kChunkedMerge;
@@ -78,7 +78,7 @@ int decode_flags(bool batch_invariant, int32_t n_rows, int32_t n_parts, int ctas
     static const bool prefetch_q = env_int("MVLLM_ATTN_PREFETCH_Q", 1) != 0;
     constexpr int kTriggers[] = {0, mma_decode::kTriggerAfterQ, mma_decode::kTriggerAfterTiles,
                                  mma_decode::kTriggerAfterMerge, mma_decode::kTriggerAtExit};
-    const int mode = decode_trigger_mode(n_rows, n_parts, ctas_per_sm);
+    const int mode = decode_trigger_mode(n_rows, n_parts, ctas_per_sm, next);
     const int trigger = mode >= 0 && mode < 5 ? kTriggers[mode] : 0;
     return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | merge | fence | trigger |
            (prefetch_q ? mma_decode::kPrefetchQ : 0) |
@@ -133,7 +133,7 @@ template <int HD, typename KT, int W, bool Tma>
 void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                    int32_t n_heads, float scale_log2, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
                    bool batch_invariant, const int32_t* rows, int32_t decode_rows, const QxView& qx,
-                   const KvTensorMaps& maps, const RawQkv& raw) {
+                   const KvTensorMaps& maps, const RawQkv& raw, AttentionNext next) {
     constexpr size_t kShared = mma_decode::shared_bytes<HD, KT, W, Tma>();
     static const int ctas_per_sm = decode_ctas_per_sm<HD, KT, W, Tma>();
     const int32_t group = n_heads / kv.n_kv_heads;
@@ -170,7 +170,7 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     // The spread merge's CTAs wait for the rest of their row: only where the launch fits one wave.
     const int64_t n_ctas = static_cast<int64_t>(grid.x) * grid.y * grid.z;
     const bool one_wave = n_ctas <= (cluster > 1 ? cluster_slots : static_cast<int64_t>(n_sms) * ctas_per_sm);
-    const int flags = decode_flags(batch_invariant, batch.n_tokens, n_parts, ctas_per_sm) |
+    const int flags = decode_flags(batch_invariant, batch.n_tokens, n_parts, ctas_per_sm, next) |
                       (spread_merge(n_parts, one_wave, ctas_per_sm) ? mma_decode::kSpreadMerge : 0);
     launch_pdl_clustered(mma_decode::decode_kernel<HD, KT, W, Tma>, grid, W * 32, kShared, stream, dim3(1, 1, cluster),
                          batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
@@ -184,18 +184,18 @@ template <int HD, typename KT, int W>
 void decode_dispatch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                      int32_t n_heads, float scale_log2, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
                      bool batch_invariant, const int32_t* rows, int32_t decode_rows, const QxView& qx,
-                     const RawQkv& raw) {
+                     const RawQkv& raw, AttentionNext next) {
     KvTensorMaps maps;
     if constexpr (tma_head_dim(HD)) {
         if (kv_tensor_maps(kv, &maps)) {
             decode_launch<HD, KT, W, true>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream,
-                                           batch_invariant, rows, decode_rows, qx, maps, raw);
+                                           batch_invariant, rows, decode_rows, qx, maps, raw, next);
             return;
         }
     }
     std::memset(&maps, 0, sizeof(maps));
     decode_launch<HD, KT, W, false>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant,
-                                    rows, decode_rows, qx, maps, raw);
+                                    rows, decode_rows, qx, maps, raw, next);
 }
 
 // Warps per CTA of the decode kernel: 4 (two CTAs per SM at head_dim 128) when the batch's
@@ -219,7 +219,7 @@ int decode_warps(int64_t n_pairs, int32_t max_context, int32_t n_sms) {
 template <int HD, typename KT>
 bool fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                       int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
-                      bool batch_invariant, const QxView* qx, const RawQkv* raw) {
+                      bool batch_invariant, const QxView* qx, const RawQkv* raw, AttentionNext next) {
     const int32_t group = n_heads / kv.n_kv_heads;
     const float scale_log2 = scale * kLog2e;
     const int32_t* rows = nullptr;         // the decode kernel's rows: all (nullptr), or the short sequences'
@@ -253,22 +253,22 @@ bool fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
     // Batch-invariant mode keeps one fixed kernel shape (its split positions are fixed anyway).
     if (!batch_invariant && decode_warps(static_cast<int64_t>(decode_rows) * kv.n_kv_heads, batch.max_context, n_sms) == 4)
         decode_dispatch<HD, KT, 4>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant, rows,
-                                   decode_rows, q_out, raw ? *raw : RawQkv{});
+                                   decode_rows, q_out, raw ? *raw : RawQkv{}, next);
     else
         decode_dispatch<HD, KT, 8>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant, rows,
-                                   decode_rows, q_out, raw ? *raw : RawQkv{});
+                                   decode_rows, q_out, raw ? *raw : RawQkv{}, next);
     return with_qx;
 }
 
 template <typename KT>
 bool fused_dispatch_dim(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                         int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
-                        bool bi, const QxView* qx, const RawQkv* raw) {
+                        bool bi, const QxView* qx, const RawQkv* raw, AttentionNext next) {
     switch (kv.head_dim) {
-        case 16: return fused_mma_launch<16, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx, raw);
-        case 32: return fused_mma_launch<32, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx, raw);
-        case 64: return fused_mma_launch<64, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx, raw);
-        case 128: return fused_mma_launch<128, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx, raw);
+        case 16: return fused_mma_launch<16, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx, raw, next);
+        case 32: return fused_mma_launch<32, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx, raw, next);
+        case 64: return fused_mma_launch<64, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx, raw, next);
+        case 128: return fused_mma_launch<128, KT>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, bi, qx, raw, next);
         default: MVLLM_CHECK(false) << "fused attention: head_dim " << kv.head_dim;
     }
     return false;
@@ -373,7 +373,7 @@ bool launch_attention(CudaAttention variant, const DeviceBatch& batch, const int
                       int64_t total_context, const DeviceKvLayer& kv, const TensorView& q,
                       const TensorView& out, int32_t n_heads, float scale, AttentionScratch& scratch,
                       int32_t n_sms, cudaStream_t stream, bool batch_invariant, const QxView* qx,
-                      const RawQkv* raw) {
+                      const RawQkv* raw, AttentionNext next) {
     MVLLM_CHECK(!raw || attention_folds_rope(variant, batch, kv)) << "attention: RoPE cannot be folded into this batch";
     MVLLM_CHECK(q.type == DType::F32) << "attention q must be f32, got " << type_name(q.type);
     MVLLM_CHECK(q.ne[0] == static_cast<int64_t>(n_heads) * kv.head_dim && out.ne[0] == q.ne[0]) << "attention width";
@@ -391,8 +391,8 @@ bool launch_attention(CudaAttention variant, const DeviceBatch& batch, const int
     }
     switch (static_cast<DType>(kv.dtype)) {
         case DType::F32: launch_fused_f32(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant); return false;
-        case DType::F16: return fused_dispatch_dim<__half>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant, qx, raw);
-        case DType::BF16: return fused_dispatch_dim<__nv_bfloat16>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant, qx, raw);
+        case DType::F16: return fused_dispatch_dim<__half>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant, qx, raw, next);
+        case DType::BF16: return fused_dispatch_dim<__nv_bfloat16>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant, qx, raw, next);
         default: MVLLM_CHECK(false) << "attention: KV dtype " << type_name(static_cast<DType>(kv.dtype));
     }
     return false;

@@ -102,14 +102,20 @@ void force_one_cluster_tokens(int32_t tokens);
 // restores them. Host rule, no GPU needed.
 bool spread_merge(int32_t n_parts, bool one_wave, int ctas_per_sm);
 void force_spread_merge(int on);
+// What the stream runs after an attention launch, for the decode kernel's trigger rule: the model's
+// output projection (a matmul: the default), or another attention launch (`bench attention`, B1).
+enum class AttentionNext { Matmul, Attention };
 // Where the decode kernel lets the next kernel launch, as a mode of MVLLM_ATTN_TRIGGER (0 on entry,
 // 1 after Q, 2 after the tiles, 3 after the warp merge, 4 at exit), which overrides the rule. After
 // Q where the matmuls are GEMVs (up to kGemvMaxColumns rows: batch 1 +3.5 % on the H200, NOTES,
-// thirty-third session), except for a plan with a split merge whose kernel holds one CTA an SM:
-// there after the warp merge (the 7B after 32K tokens +3.5-3.9 % in two runs, after 16K +0.8 %;
-// the 0.5B, two CTAs an SM, lost 2 % with it; thirty-eighth session). Larger batches, not
-// measured with a later trigger, trigger on entry. Host rule, no GPU needed.
-int decode_trigger_mode(int32_t n_rows, int32_t n_parts, int ctas_per_sm);
+// thirty-third session), except for a plan with a split merge whose kernel holds one CTA an SM and
+// whose next kernel is a matmul: there after the warp merge (the 7B after 32K tokens +3.2-3.9 % in
+// three runs, after 16K +0.8 %; the 0.5B, two CTAs an SM, lost 2 % with it; thirty-eighth and
+// thirty-ninth sessions). Before another attention launch (B1) the late trigger lost 5-8 % at 16K
+// and 32K (the next launch's CTAs start their early tile loads as this one's CTAs leave; thirty-
+// ninth session), so there it stays after Q. Larger batches, not measured with a later trigger,
+// trigger on entry. Host rule, no GPU needed.
+int decode_trigger_mode(int32_t n_rows, int32_t n_parts, int ctas_per_sm, AttentionNext next);
 
 // Whether the fused F16/BF16 path sends the batch's prefill chunks to the tiled prefill kernel:
 // a sequence of the batch has at least 64 / group query rows, not batch-invariant, and
@@ -156,7 +162,8 @@ bool launch_attention(CudaAttention variant, const DeviceBatch& batch, const int
                       int64_t total_context, const DeviceKvLayer& kv, const TensorView& q,
                       const TensorView& out, int32_t n_heads, float scale, AttentionScratch& scratch,
                       int32_t n_sms, cudaStream_t stream, bool batch_invariant = false,
-                      const QxView* qx = nullptr, const RawQkv* raw = nullptr);
+                      const QxView* qx = nullptr, const RawQkv* raw = nullptr,
+                      AttentionNext next = AttentionNext::Matmul);
 
 // Whether the attention of this batch can take `raw` (RoPE and the K/V store folded into the
 // decode kernel): the fused variant over an F16/BF16 cache, one new token per

@@ -249,7 +249,8 @@ int run_attention_bench(const AttentionBenchOptions& opt) {
                 kv.block_size = bs;
                 kv.n_rows = n_blocks * g.n_kv_heads * bs;
                 launch_attention(variant, db, d_ctx_off, static_cast<int64_t>(rs.batch) * rs.ctx, kv, q, out,
-                                 g.n_heads, scale, scratch, prop.multiProcessorCount, stream);
+                                 g.n_heads, scale, scratch, prop.multiProcessorCount, stream, false, nullptr,
+                                 nullptr, AttentionNext::Attention);  // the layers run back to back
             };
             layer(0);  // sizes the scratch outside the capture; output checked below
             CK(cudaStreamSynchronize(stream));

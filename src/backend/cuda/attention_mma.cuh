@@ -369,6 +369,17 @@ struct NewKv {
 constexpr int kEarlyTiles = 1, kChunkedMerge = 2, kRowSplits = 4, kScFence = 8, kMergeGroup8Flag = 16,
               kTriggerAfterQ = 32, kTriggerAfterTiles = 64, kTriggerAfterMerge = 128, kSpreadMerge = 256,
               kPrefetchQ = 512, kTriggerAtExit = 1024;
+// Q is read once per CTA, each thread a float4 of each input in turn, into shared memory, and every
+// warp builds its fragments from there: eight warps each loading every fragment value themselves
+// (8 head rows a load instruction) took 2.5-3 us after the wait where its lines were in L2 (bench/
+// NOTES.md, thirty-ninth session).
+constexpr int kQPad = 8;  // floats after each head's row in shared memory: conflict-free fragment reads
+
+// The decode kernel's CTAs an SM that the compiler must leave registers for: two for the 8-warp
+// F16 kernel at head_dim <= 64 (the 0.5B's: 128 registers, its shared memory fits two; the split
+// plans and the spread-merge rule count on its 264 slots), else 8 / W (one at 8 warps).
+template <int HD, typename KT, int W>
+constexpr int kMinCtasPerSm = (HD <= 64 && W == 8 && std::is_same_v<KT, __half>) ? 2 : 8 / W;
 
 // atomicAdd with acquire-release semantics at GPU scope.
 __device__ __forceinline__ int32_t atomic_add_acq_rel(int32_t* p, int32_t v) {
@@ -383,7 +394,7 @@ __device__ __forceinline__ int32_t load_acquire(const int32_t* p) {
     return v;
 }
 template <int HD, typename KT, int W, bool Tma>
-__global__ void __launch_bounds__(W * 32, 8 / W)
+__global__ void __launch_bounds__(W * 32, kMinCtasPerSm<HD, KT, W>)
     decode_kernel(DeviceBatch batch, const KT* kc, const KT* vc, int32_t n_kv,
                   const float* q, int32_t n_heads, float scale_log2, int32_t split_tokens,
                   int32_t n_splits, void* out, DType out_type, float* part_o, float* part_ml, int32_t* counters,
@@ -397,6 +408,7 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
     constexpr int kN = HD / 8;    // n-tiles of P V
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ int s_slice;
+    __shared__ __align__(16) float s_q[kHeadTile * (HD + kQPad)];  // the CTA's heads of Q
 
     const int32_t row = rows ? rows[blockIdx.x] : static_cast<int32_t>(blockIdx.x);
     const int32_t group = n_heads / n_kv;
@@ -526,16 +538,30 @@ __global__ void __launch_bounds__(W * 32, 8 / W)
         const float* q0 = fold ? raw.qkv + row * raw_width + static_cast<int64_t>(head0) * HD
                                : q + (static_cast<int64_t>(row) * n_heads + head0) * HD;
         const float* b0 = fold && raw.bias ? raw.bias + static_cast<int64_t>(head0) * HD : nullptr;
+        // The CTA reads its n_g heads once, a float4 of each input a thread (coalesced; with the
+        // fused row it adds the bias and applies RoPE here: raw_q_pair's pairs 2c and 2c + 1, dims
+        // 2c, 2c + 1 and the same + HD / 2), into s_q; each warp builds its fragments from there.
+        constexpr int kQuads = HD / 4;  // float4s a head
+        for (int idx = threadIdx.x; idx < n_g * kQuads; idx += W * 32) {
+            const int h = idx / kQuads, c = idx % kQuads;
+            float* row_q = s_q + h * (HD + kQPad);
+            if (fold) {
+                const float* b = b0 ? b0 + h * HD : nullptr;
+                *reinterpret_cast<float2*>(row_q + 2 * c) = raw_q_pair<HD>(q0 + h * HD, b, rot, 2 * c);
+                *reinterpret_cast<float2*>(row_q + 2 * c + HD / 2) = raw_q_pair<HD>(q0 + h * HD, b, rot, 2 * c + HD / 2);
+            } else {
+                *reinterpret_cast<float4*>(row_q + 4 * c) = *reinterpret_cast<const float4*>(q0 + h * HD + 4 * c);
+            }
+        }
+        __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < kK; ++kk) {
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const int h = g + (r & 1) * 8;
                 const int d = kk * 16 + t4 * 2 + (r >> 1) * 8;
-                float2 xy = make_float2(0.0f, 0.0f);
-                if (h < n_g)
-                    xy = fold ? raw_q_pair<HD>(q0 + h * HD, b0 ? b0 + h * HD : nullptr, rot, d)
-                              : *reinterpret_cast<const float2*>(q0 + h * HD + d);
+                const float2 xy = h < n_g ? *reinterpret_cast<const float2*>(s_q + h * (HD + kQPad) + d)
+                                          : make_float2(0.0f, 0.0f);
                 if (kk == 0 && r == 0) q_first = xy.x;
                 const float x0 = xy.x * scale_log2, x1 = xy.y * scale_log2;
                 float rest[2];

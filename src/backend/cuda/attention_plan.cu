@@ -72,11 +72,11 @@ bool spread_merge(int32_t n_parts, bool one_wave, int ctas_per_sm) {
     return on > 0 || ctas_per_sm >= 2;
 }
 
-int decode_trigger_mode(int32_t n_rows, int32_t n_parts, int ctas_per_sm) {
+int decode_trigger_mode(int32_t n_rows, int32_t n_parts, int ctas_per_sm, AttentionNext next) {
     static const int forced = env_int("MVLLM_ATTN_TRIGGER", -1);
     if (forced >= 0) return forced;
     if (n_rows > kGemvMaxColumns) return 0;
-    return n_parts > 1 && ctas_per_sm == 1 ? 3 : 1;
+    return n_parts > 1 && ctas_per_sm == 1 && next == AttentionNext::Matmul ? 3 : 1;
 }
 
 DecodePlan plan_decode(int32_t n_rows, int32_t n_ctas_per_row, int32_t max_context, int32_t n_slots,
