@@ -4,7 +4,9 @@ cuda_kernels_gemv.svg (batch-1 GEMV, % of the copy bandwidth per type and shape)
 cuda_decode.svg (decode tok/s of the committed bench decode runs against llama.cpp), and from
 the H200 runs in h200/: h200/b4a.svg (BENCHMARKS.md B4(a) decode tok/s per batch against
 llama.cpp), h200/b3.svg (B3: decode tok/s after prompts of 128..32768 tokens) and
-h200/prefill/prefill.svg (prefill tok/s with the tiled prefill attention and without it).
+h200/prefill/prefill.svg (prefill tok/s with the tiled prefill attention and without it), and b1.svg
+in each run folder of B1_RUNS (BENCHMARKS.md B1: `bench attention` beside the torch anchor of the
+same run).
 Usage: scripts/plot_cuda_bench.py [results_dir]"""
 import json
 import os
@@ -64,6 +66,35 @@ def main():
     bars('Decode tok/s after a 512-token prompt, batch 1, H200', runs, 'tok/s', os.path.join(d, 'cuda_decode.svg'))
     if os.path.isdir(h):
         plot_h200(h)
+    for run in B1_RUNS:
+        if os.path.isdir(os.path.join(d, run)):
+            plot_b1(os.path.join(d, run))
+
+
+# Runs of the whole B1 table with the torch anchor in the same call (attn_b1.json, attn_anchor_torch.json).
+B1_RUNS = ['h100/session39/call5']
+
+
+def plot_b1(run):
+    ours = json.load(open(os.path.join(run, 'attn_b1.json')))
+    torch_rows = json.load(open(os.path.join(run, 'attn_anchor_torch.json')))['rows']
+    dtypes = {'f16': 'float16', 'f32': 'float32'}
+    anchor = {(r['geom'], r['dtype'], r['batch'], r['ctx']): r for r in torch_rows}
+    rows = []
+    for kv, batch in [('f16', 1), ('f16', 16), ('f32', 1)]:
+        for r in ours['rows']:
+            if r['kv'] != kv or r['batch'] != batch or r['ctx'] < 1024:
+                continue
+            a = anchor.get((r['geometry'], dtypes[kv], batch, r['ctx']))
+            label = f"{r['geometry'].replace('qwen2.5-', '')} {kv} B={batch} {r['ctx']}"
+            rows.append((label + ', mvllm fused', r['fused_us'], '#2a9d8f'))
+            if a:
+                rows.append((label + ', torch sdpa', a['sdpa_us'], '#bbb'))
+                if kv == 'f32':
+                    rows.append((label + ', torch naive', a['naive_us'], '#ddd'))
+    device = ours.get('device', '') if isinstance(ours, dict) else ''
+    bars(f'B1 decode attention, us per layer (lower is better; bars cut at 150 us), {device}', rows, 'us',
+         os.path.join(run, 'b1.svg'), vmax=150)
 
 
 # llama.cpp on the same H200 (BENCHMARKS.md B4(a)), decode tok/s per batch size.
