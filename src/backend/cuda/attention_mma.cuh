@@ -16,6 +16,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <type_traits>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_merge.cuh"
