@@ -92,8 +92,7 @@ def plot_b1(run):
                 rows.append((label + ', torch sdpa', a['sdpa_us'], '#bbb'))
                 if kv == 'f32':
                     rows.append((label + ', torch naive', a['naive_us'], '#ddd'))
-    device = ours.get('device', '') if isinstance(ours, dict) else ''
-    bars(f'B1 decode attention, us per layer (lower is better; bars cut at 150 us), {device}', rows, 'us',
+    bars(f"B1 decode attention, us per layer (lower is better; bars cut at 150 us), {ours.get('device', '')}", rows, 'us',
          os.path.join(run, 'b1.svg'), vmax=150)
 
 

@@ -303,7 +303,7 @@ struct NewKv {
 // only once its Q fragments are built / its tiles are done / its warps are merged, instead of on
 // entry, so that the later kernels' early weight loads do not compete with this kernel's first
 // loads after the wait. The host picks one (decode_trigger_mode: after Q up to kGemvMaxColumns
-// rows, after the merge for split-merge plans of one CTA an SM); kTriggerAfterTiles and
+// rows, after the merge for split-merge plans of one CTA an SM that a matmul follows); kTriggerAfterTiles and
 // kTriggerAtExit (no trigger: the next kernel launches as the CTAs exit) are for measurements.
 // kPrefetchQ: before the PDL wait, warp 0 asks L2 for the lines Q's loads after the wait read and
 // the previous kernel does not write (raw: the Q heads' bias and the row's rotations, and in the
