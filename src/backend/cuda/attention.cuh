@@ -144,7 +144,7 @@ const float2* launch_rope_table(const DeviceBatch& batch, const float* inv_freq,
 // as needed.
 void launch_three_ops(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
                       int64_t total_context, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
-                      int32_t n_heads, float scale, AttentionScratch& scratch, cudaStream_t stream);
+                      int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream);
 void launch_fused_f32(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                       int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
                       bool batch_invariant);
