@@ -3,11 +3,14 @@
 // flash-decoding kernel of an F32 cache with its split merge. The tensor-core kernels of F16/BF16
 // caches are attention.cu's.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <string>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/env.h"
+#include "backend/cuda/mma_ptx.cuh"
 
 namespace mvllm::cuda {
 namespace {
@@ -181,6 +184,12 @@ __global__ void pv_reduce_kernel(const float* partial, int32_t n_chunks, int32_t
 
 constexpr int kFusedWarps = 4;
 constexpr int kVec = 8;  // head dims per lane: two 16-byte loads (this kernel serves F32 KV only)
+// Pipe: each lane copies its K/V values of the next kFusedStages - 1 steps into shared memory
+// (cp.async) while it computes the current one, instead of loading a step's values when it
+// starts it; every lane reads back only what it copied. A step is 32 x kVec floats of K and of V
+// per warp at any head_dim (TPW tokens of HD).
+constexpr int kFusedStages = 4;
+constexpr int kStepFloats = 32 * kVec;
 
 __device__ __forceinline__ void load8(const float* p, float (&o)[kVec]) {
     const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
@@ -196,7 +205,7 @@ __device__ __forceinline__ float rescale(float a, float b) { return a == -INFINI
 // Launch: grid (n_tokens, n_kv_heads * n_head_tiles, n_splits), 128 threads. Each warp takes
 // 32 / (HD / 8) context tokens per step (HD / 8 lanes per token, 8 dims per lane); a lane keeps
 // the online-softmax state of its tokens for all G query heads; warps and lanes merge at the end.
-template <int HD, typename KT, int G>
+template <int HD, typename KT, int G, bool Pipe>
 __global__ void __launch_bounds__(kFusedWarps * 32)
     fused_attention_kernel(DeviceBatch batch, KvSource cache, const float* q, int32_t n_heads, float scale_log2,
                            int32_t split_tokens, int32_t n_splits, void* out, DType out_type, float* part_o,
@@ -206,7 +215,12 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
     constexpr int TPW = 32 / L;       // tokens per warp step
     static_assert(HD % kVec == 0 && 32 % L == 0, "head_dim");
     __shared__ float s_m[kFusedWarps][G], s_l[kFusedWarps][G];
-    __shared__ float s_acc[kFusedWarps][G][HD];
+    // Pipe: the warps' stages [warp][stage][K, V][kStepFloats], then (after a barrier) the warps'
+    // partial o [warp][G][HD] for their merge.
+    constexpr int kPipeFloats = Pipe ? kFusedWarps * kFusedStages * 2 * kStepFloats : 0;
+    constexpr int kAccFloats = kFusedWarps * G * HD;
+    __shared__ __align__(16) float s_buf[kPipeFloats > kAccFloats ? kPipeFloats : kAccFloats];
+    float (*s_acc)[G][HD] = reinterpret_cast<float (*)[G][HD]>(s_buf);
 
     const int32_t row = blockIdx.x;
     const int32_t n_kv = cache.n_src_heads;
@@ -242,14 +256,46 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
     }
     const KT* kc = static_cast<const KT*>(cache.k);
     const KT* vc = static_cast<const KT*>(cache.v);
-    for (int32_t base = t_begin + warp * TPW; base < t_end; base += kFusedWarps * TPW) {
+    constexpr int32_t kStride = kFusedWarps * TPW;  // tokens between a warp's steps
+    // Pipe: the lane's slot of step i's stage (K, then V kStepFloats later).
+    float* const my_stage = s_buf + (warp * kFusedStages * 2) * kStepFloats + lane * kVec;
+    auto stage = [&](int32_t i) { return my_stage + (i % kFusedStages) * 2 * kStepFloats; };
+    auto issue = [&](int32_t i) {  // starts step i's copies (none past the split)
+        const int32_t t = t_begin + warp * TPW + i * kStride + sub;
+        if (t < t_end) {
+            const int64_t off = cache.offset(seq, t, kv_head) + dl * kVec;
+            float* st = stage(i);
+            cp_async16(st, kc + off, true);
+            cp_async16(st + 4, kc + off + 4, true);
+            cp_async16(st + kStepFloats, vc + off, true);
+            cp_async16(st + kStepFloats + 4, vc + off + 4, true);
+        }
+    };
+    if constexpr (Pipe) {
+#pragma unroll
+        for (int i = 0; i < kFusedStages - 1; ++i) {
+            issue(i);
+            cp_async_commit();
+        }
+    }
+    for (int32_t base = t_begin + warp * TPW, step = 0; base < t_end; base += kStride, ++step) {
         const int32_t t = base + sub;
         const bool valid = t < t_end;
         float kx[kVec], vx[kVec];
+        if constexpr (Pipe) {
+            cp_async_wait<kFusedStages - 2>();  // this step's copies (the lane's own) have landed
+            issue(step + kFusedStages - 1);
+            cp_async_commit();
+        }
         if (valid) {
-            const int64_t off = cache.offset(seq, t, kv_head) + dl * kVec;
-            load8(kc + off, kx);
-            load8(vc + off, vx);
+            if constexpr (Pipe) {
+                load8(stage(step), kx);
+                load8(stage(step) + kStepFloats, vx);
+            } else {
+                const int64_t off = cache.offset(seq, t, kv_head) + dl * kVec;
+                load8(kc + off, kx);
+                load8(vc + off, vx);
+            }
         } else {
 #pragma unroll
             for (int i = 0; i < kVec; ++i) kx[i] = vx[i] = 0.0f;
@@ -289,6 +335,10 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
             }
             m[g] = m_new;
         }
+    }
+    if constexpr (Pipe) {
+        cp_async_wait<0>();  // no copy may land in s_buf once it holds the partial o
+        __syncthreads();
     }
     if (sub == 0) {
 #pragma unroll
@@ -401,6 +451,8 @@ void three_kernels(CudaAttention variant, const DeviceBatch& batch, const int64_
         MVLLM_CUDA_LAUNCH_CHECK();
     }
 }
+std::atomic<int> g_forced_f32_pipeline{-1};  // force_f32_pipeline
+
 template <int HD, typename KT, int G>
 void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                   int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
@@ -414,7 +466,12 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
     const KvSource src{kv.k, kv.v, kv.n_kv_heads, HD, true, kv.block_size, batch.block_tables,
                        batch.seq_block_begin, nullptr};
     const dim3 grid(batch.n_tokens, kv.n_kv_heads * n_tiles, split.n_splits);
-    launch_pdl(fused_attention_kernel<HD, KT, G>, grid, kFusedWarps * 32, 0, stream,
+    // The copy pipeline unless MVLLM_ATTN_F32_PIPE=0 or force_f32_pipeline(0) (A/B: the same bits).
+    static const bool pipe_env = env_int("MVLLM_ATTN_F32_PIPE", 1) != 0;
+    const int forced = g_forced_f32_pipeline.load();
+    const bool pipe = forced >= 0 ? forced != 0 : pipe_env;
+    auto* const kernel = pipe ? fused_attention_kernel<HD, KT, G, true> : fused_attention_kernel<HD, KT, G, false>;
+    launch_pdl(kernel, grid, kFusedWarps * 32, 0, stream,
         batch, src, static_cast<const float*>(q.data), n_heads, scale * kLog2e, split.split_tokens,
         split.n_splits, out.data, out.type, part_o, part_ml);
     MVLLM_CUDA_LAUNCH_CHECK();
@@ -425,6 +482,8 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
 }
 
 }  // namespace
+
+void force_f32_pipeline(int mode) { g_forced_f32_pipeline.store(mode); }
 
 void grow_attention_scratch(void** ptr, size_t* have, size_t need, const char* what) {
     grow_device_buffer(ptr, have, need, (std::string("attention ") + what + " scratch").c_str());
