@@ -437,6 +437,27 @@ TEST(CudaAttention, SpreadSplitMergeGivesTheWarpMergesBits) {
     cuda::force_spread_merge(-1);
 }
 
+// The F32 cache's fused kernel with its copy pipeline (each lane's next steps copied into shared
+// memory ahead) against the same kernel loading each step's values when it starts it: the same
+// bits (and both within the reference's tolerance, run_case's check), at head_dim 64 / 128 / 32 /
+// 16 and group 12 (two head tiles), over decode rows, a prefill chunk and one-split rows.
+TEST(CudaAttention, F32PipelineGivesTheSameBits) {
+    MVLLM_REQUIRE_GPU();
+    const std::vector<SeqSpec> seqs = {{4000, 1}, {33, 1}, {130, 40}, {1, 1}};
+    uint64_t seed = 2500;
+    for (int gi : {0, 1, 2, 3, 5}) {
+        std::vector<float> piped, plain;
+        cuda::force_f32_pipeline(1);
+        run_case(CudaAttentionVariant::Fused, DType::F32, DType::F32, kGeometries[gi], seqs, 16, seed, false, &piped);
+        cuda::force_f32_pipeline(0);
+        run_case(CudaAttentionVariant::Fused, DType::F32, DType::F32, kGeometries[gi], seqs, 16, seed, false, &plain);
+        ASSERT_EQ(piped.size(), plain.size());
+        EXPECT_EQ(piped, plain) << "geometry " << gi << " seed " << seed;
+        ++seed;
+    }
+    cuda::force_f32_pipeline(-1);
+}
+
 // Prefill chunks long enough for the tiled kernel (a sequence with at least 64 / group query rows):
 // fresh prompts, chunks continuing a cached prefix, beside decode rows and short chunks that stay
 // with the decode kernel, for every geometry (the MHA one keeps its 17- and 64-row chunks on the

@@ -386,7 +386,7 @@ bool launch_attention(CudaAttention variant, const DeviceBatch& batch, const int
     if (batch.n_tokens == 0) return false;
     if (qx) MVLLM_CHECK(qx->n_in == out.ne[0] && qx->n_rows == batch.n_tokens) << "attention qx shape";
     if (variant != CudaAttention::Fused) {
-        launch_three_ops(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, stream);
+        launch_three_ops(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream);
         return false;
     }
     switch (static_cast<DType>(kv.dtype)) {

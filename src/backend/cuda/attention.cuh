@@ -144,7 +144,7 @@ const float2* launch_rope_table(const DeviceBatch& batch, const float* inv_freq,
 // as needed.
 void launch_three_ops(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
                       int64_t total_context, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
-                      int32_t n_heads, float scale, AttentionScratch& scratch, cudaStream_t stream);
+                      int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream);
 void launch_fused_f32(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                       int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
                       bool batch_invariant);
@@ -174,6 +174,10 @@ bool attention_folds_rope(CudaAttention variant, const DeviceBatch& batch, const
 // Tests: whether the F16/BF16 decode kernel takes its K/V tiles by tensor copies (TMA) where the
 // cache allows: 1 yes, 0 no (cp.async), -1 the default again (yes on sm_90, unless MVLLM_ATTN_TMA=0).
 void force_attention_tma(int mode);
+// Tests: whether the F32 cache's fused kernel copies its next steps' K/V into shared memory ahead
+// (attention_simt.cu): 1 yes, 0 no (each step loads its values itself), -1 the default again (yes,
+// unless MVLLM_ATTN_F32_PIPE=0).
+void force_f32_pipeline(int mode);
 
 // How many CTAs of the F16 decode kernel (head_dim 64 or 128, 4 or 8 warps) can be resident at once
 // in thread-block clusters of `size` (the occupancy API's count of clusters x size; 0: none).

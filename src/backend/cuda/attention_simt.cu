@@ -2,11 +2,15 @@
 // over the paged cache of any KV type (naive first repeats K/V to every query head), and the fused
 // flash-decoding kernel of an F32 cache with its split merge. The tensor-core kernels of F16/BF16
 // caches are attention.cu's.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <string>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/env.h"
+#include "backend/cuda/mma_ptx.cuh"
 
 namespace mvllm::cuda {
 namespace {
@@ -64,7 +68,8 @@ __global__ void repeat_kv_kernel(DeviceBatch batch, KvSource cache, const int64_
 
 // Reads q rows and K; writes scores[row][head][j] = scale * q . k_j for j <= positions[row].
 // One CTA of 64 threads per (64 context tokens, query row, source head); a thread owns one
-// token and dots its K row (read once) with the `group` query heads of that source head.
+// token and dots its K row (read once, 16 bytes a load) with the `group` query heads of that
+// source head.
 // Grid (n_tokens, ceil(max_context / 64), n_src_heads) (rows in x: a step may have > 65535).
 template <typename KT>
 __global__ void scores_kernel(DeviceBatch batch, KvSource src, const float* q, int32_t n_heads, float scale,
@@ -84,11 +89,19 @@ __global__ void scores_kernel(DeviceBatch batch, KvSource src, const float* q, i
     float acc[kMaxGroupThreeOps];
 #pragma unroll
     for (int g = 0; g < kMaxGroupThreeOps; ++g) acc[g] = 0.0f;
-    for (int32_t d = 0; d < hd; ++d) {
-        const float kv = load_f(k, d);
+    // The row 16 bytes a load (head_dim is a multiple of 8; rows are 16-byte aligned), summed in
+    // the order of d as before.
+    constexpr int kPerLoad = 16 / sizeof(KT);
+    for (int32_t d0 = 0; d0 < hd; d0 += kPerLoad) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(k + d0);
+        const KT* vals = reinterpret_cast<const KT*>(&raw);
 #pragma unroll
-        for (int g = 0; g < kMaxGroupThreeOps; ++g)
-            if (g < group) acc[g] += q_shared[g * hd + d] * kv;
+        for (int i = 0; i < kPerLoad; ++i) {
+            const float kv = load_f(vals, i);
+#pragma unroll
+            for (int g = 0; g < kMaxGroupThreeOps; ++g)
+                if (g < group) acc[g] += q_shared[g * hd + d0 + i] * kv;
+        }
     }
 #pragma unroll
     for (int g = 0; g < kMaxGroupThreeOps; ++g)
@@ -117,40 +130,66 @@ __global__ void softmax_kernel(DeviceBatch batch, float* scores, int32_t n_heads
     for (int32_t j = threadIdx.x; j < n; j += blockDim.x) s[j] *= inv;
 }
 
-// Reads P (softmaxed scores) and V; writes out[row][head][d] = sum_j P[j] v_j[d] for the `group`
-// query heads of a source head. One CTA (head_dim threads, one output dim each) per (row, source
-// head); V rows read once per CTA. Grid (n_tokens, n_src_heads).
+// Reads P (softmaxed scores) and V; out[row][head][d] = sum_j P[j] v_j[d] for the `group` query
+// heads of a source head. One CTA (head_dim threads, one output dim each) per (row, source head,
+// chunk of chunk_tokens context tokens); V rows read once per CTA. With one chunk per row
+// (gridDim.z == 1) it writes out, else each chunk's sums to partial[row][head][chunk][d], which
+// pv_reduce_kernel adds in chunk order. Grid (n_tokens, n_src_heads, n_chunks).
 template <typename KT>
 __global__ void pv_kernel(DeviceBatch batch, KvSource src, const float* probs, int32_t n_heads, void* out,
-                          DType out_type, int32_t max_context) {
+                          DType out_type, int32_t max_context, int32_t chunk_tokens, float* partial) {
     pdl_begin();
-    const int32_t row = blockIdx.x, src_head = blockIdx.y, d = threadIdx.x;
+    const int32_t row = blockIdx.x, src_head = blockIdx.y, chunk = blockIdx.z, d = threadIdx.x;
     const int32_t group = n_heads / src.n_src_heads;
     if (d >= src.head_dim) return;
     const int32_t seq = batch.row_seq[row];
     const int32_t n = batch.positions[row] + 1;
+    const int32_t j_end = min(n, (chunk + 1) * chunk_tokens);
     const float* p = probs + (static_cast<int64_t>(row) * n_heads + src_head * group) * max_context;
     const KT* v = static_cast<const KT*>(src.v);
     float acc[kMaxGroupThreeOps];
 #pragma unroll
     for (int g = 0; g < kMaxGroupThreeOps; ++g) acc[g] = 0.0f;
-    for (int32_t j = 0; j < n; ++j) {
+#pragma unroll 8
+    for (int32_t j = chunk * chunk_tokens; j < j_end; ++j) {
         const float vv = load_f(v, src.offset(seq, j, src_head) + d);
 #pragma unroll
         for (int g = 0; g < kMaxGroupThreeOps; ++g)
             if (g < group) acc[g] += p[static_cast<int64_t>(g) * max_context + j] * vv;
     }
 #pragma unroll
-    for (int g = 0; g < kMaxGroupThreeOps; ++g)
-        if (g < group)
-            store_any(out, out_type, (static_cast<int64_t>(row) * n_heads + src_head * group + g) * src.head_dim + d,
-                      acc[g]);
+    for (int g = 0; g < kMaxGroupThreeOps; ++g) {
+        if (g >= group) continue;
+        const int64_t head_row = static_cast<int64_t>(row) * n_heads + src_head * group + g;
+        if (gridDim.z == 1)
+            store_any(out, out_type, head_row * src.head_dim + d, acc[g]);
+        else
+            partial[(head_row * gridDim.z + chunk) * src.head_dim + d] = acc[g];  // 0 past the row's context
+    }
+}
+
+// out[row][head][d] = the sum of pv_kernel's chunk partials, in chunk order. Grid (n_tokens,
+// n_heads), head_dim threads.
+__global__ void pv_reduce_kernel(const float* partial, int32_t n_chunks, int32_t head_dim, void* out, DType out_type) {
+    pdl_begin();
+    const int64_t head_row = static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y;
+    const int d = threadIdx.x;
+    if (d >= head_dim) return;
+    float a = 0.0f;
+    for (int32_t c = 0; c < n_chunks; ++c) a += partial[(head_row * n_chunks + c) * head_dim + d];
+    store_any(out, out_type, head_row * head_dim + d, a);
 }
 
 // ---- fused paged flash-decoding ----------------------------------------------------------------
 
 constexpr int kFusedWarps = 4;
 constexpr int kVec = 8;  // head dims per lane: two 16-byte loads (this kernel serves F32 KV only)
+// Pipe: each lane copies its K/V values of the next kFusedStages - 1 steps into shared memory
+// (cp.async) while it computes the current one, instead of loading a step's values when it
+// starts it; every lane reads back only what it copied. A step is 32 x kVec floats of K and of V
+// per warp at any head_dim (TPW tokens of HD).
+constexpr int kFusedStages = 4;
+constexpr int kStepFloats = 32 * kVec;
 
 __device__ __forceinline__ void load8(const float* p, float (&o)[kVec]) {
     const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
@@ -166,7 +205,7 @@ __device__ __forceinline__ float rescale(float a, float b) { return a == -INFINI
 // Launch: grid (n_tokens, n_kv_heads * n_head_tiles, n_splits), 128 threads. Each warp takes
 // 32 / (HD / 8) context tokens per step (HD / 8 lanes per token, 8 dims per lane); a lane keeps
 // the online-softmax state of its tokens for all G query heads; warps and lanes merge at the end.
-template <int HD, typename KT, int G>
+template <int HD, typename KT, int G, bool Pipe>
 __global__ void __launch_bounds__(kFusedWarps * 32)
     fused_attention_kernel(DeviceBatch batch, KvSource cache, const float* q, int32_t n_heads, float scale_log2,
                            int32_t split_tokens, int32_t n_splits, void* out, DType out_type, float* part_o,
@@ -176,7 +215,12 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
     constexpr int TPW = 32 / L;       // tokens per warp step
     static_assert(HD % kVec == 0 && 32 % L == 0, "head_dim");
     __shared__ float s_m[kFusedWarps][G], s_l[kFusedWarps][G];
-    __shared__ float s_acc[kFusedWarps][G][HD];
+    // Pipe: the warps' stages [warp][stage][K, V][kStepFloats], then (after a barrier) the warps'
+    // partial o [warp][G][HD] for their merge.
+    constexpr int kPipeFloats = Pipe ? kFusedWarps * kFusedStages * 2 * kStepFloats : 0;
+    constexpr int kAccFloats = kFusedWarps * G * HD;
+    __shared__ __align__(16) float s_buf[kPipeFloats > kAccFloats ? kPipeFloats : kAccFloats];
+    float (*s_acc)[G][HD] = reinterpret_cast<float (*)[G][HD]>(s_buf);
 
     const int32_t row = blockIdx.x;
     const int32_t n_kv = cache.n_src_heads;
@@ -212,14 +256,46 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
     }
     const KT* kc = static_cast<const KT*>(cache.k);
     const KT* vc = static_cast<const KT*>(cache.v);
-    for (int32_t base = t_begin + warp * TPW; base < t_end; base += kFusedWarps * TPW) {
+    constexpr int32_t kStride = kFusedWarps * TPW;  // tokens between a warp's steps
+    // Pipe: the lane's slot of step i's stage (K, then V kStepFloats later).
+    float* const my_stage = s_buf + (warp * kFusedStages * 2) * kStepFloats + lane * kVec;
+    auto stage = [&](int32_t i) { return my_stage + (i % kFusedStages) * 2 * kStepFloats; };
+    auto issue = [&](int32_t i) {  // starts step i's copies (none past the split)
+        const int32_t t = t_begin + warp * TPW + i * kStride + sub;
+        if (t < t_end) {
+            const int64_t off = cache.offset(seq, t, kv_head) + dl * kVec;
+            float* st = stage(i);
+            cp_async16(st, kc + off, true);
+            cp_async16(st + 4, kc + off + 4, true);
+            cp_async16(st + kStepFloats, vc + off, true);
+            cp_async16(st + kStepFloats + 4, vc + off + 4, true);
+        }
+    };
+    if constexpr (Pipe) {
+#pragma unroll
+        for (int i = 0; i < kFusedStages - 1; ++i) {
+            issue(i);
+            cp_async_commit();
+        }
+    }
+    for (int32_t base = t_begin + warp * TPW, step = 0; base < t_end; base += kStride, ++step) {
         const int32_t t = base + sub;
         const bool valid = t < t_end;
         float kx[kVec], vx[kVec];
+        if constexpr (Pipe) {
+            cp_async_wait<kFusedStages - 2>();  // this step's copies (the lane's own) have landed
+            issue(step + kFusedStages - 1);
+            cp_async_commit();
+        }
         if (valid) {
-            const int64_t off = cache.offset(seq, t, kv_head) + dl * kVec;
-            load8(kc + off, kx);
-            load8(vc + off, vx);
+            if constexpr (Pipe) {
+                load8(stage(step), kx);
+                load8(stage(step) + kStepFloats, vx);
+            } else {
+                const int64_t off = cache.offset(seq, t, kv_head) + dl * kVec;
+                load8(kc + off, kx);
+                load8(vc + off, vx);
+            }
         } else {
 #pragma unroll
             for (int i = 0; i < kVec; ++i) kx[i] = vx[i] = 0.0f;
@@ -259,6 +335,10 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
             }
             m[g] = m_new;
         }
+    }
+    if constexpr (Pipe) {
+        cp_async_wait<0>();  // no copy may land in s_buf once it holds the partial o
+        __syncthreads();
     }
     if (sub == 0) {
 #pragma unroll
@@ -321,7 +401,7 @@ __global__ void merge_splits_kernel(const float* part_o, const float* part_ml, i
 template <typename KT>
 void three_kernels(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
                    int64_t total_context, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
-                   int32_t n_heads, float scale, AttentionScratch& scratch, cudaStream_t stream) {
+                   int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream) {
     const int32_t hd = kv.head_dim;
     const int32_t max_ctx = batch.max_context;
     KvSource src{kv.k, kv.v, kv.n_kv_heads, hd, true, kv.block_size, batch.block_tables, batch.seq_block_begin,
@@ -347,9 +427,32 @@ void three_kernels(CudaAttention variant, const DeviceBatch& batch, const int64_
     MVLLM_CUDA_LAUNCH_CHECK();
     launch_pdl(softmax_kernel, dim3(batch.n_tokens, n_heads), 256, 0, stream, batch, scores, n_heads, max_ctx);
     MVLLM_CUDA_LAUNCH_CHECK();
-    launch_pdl(pv_kernel<KT>, dim3(batch.n_tokens, src.n_src_heads), static_cast<unsigned>(ceil_div(hd, 32) * 32), 0, stream, batch, src, scores, n_heads, out.data, out.type, max_ctx);
+    // PV in context chunks where the (row, source head) pairs alone leave the GPU idle (decode:
+    // the 7B geometry has four; one CTA each over 4K tokens took 2.3-3.0 ms a layer): about two
+    // CTAs an SM, chunks of at least kPvMinChunk tokens, their sums added by pv_reduce_kernel.
+    constexpr int64_t kPvMinChunk = 64;
+    const int64_t pairs = static_cast<int64_t>(batch.n_tokens) * src.n_src_heads;
+    const int64_t want = std::clamp<int64_t>(ceil_div(2LL * n_sms, pairs), 1, ceil_div(max_ctx, kPvMinChunk));
+    const int32_t chunk_tokens = static_cast<int32_t>(ceil_div(ceil_div(max_ctx, want), kPvMinChunk) * kPvMinChunk);
+    const int32_t n_chunks = static_cast<int32_t>(ceil_div(max_ctx, chunk_tokens));
+    const unsigned dim_threads = static_cast<unsigned>(ceil_div(hd, 32) * 32);
+    float* partial = nullptr;
+    if (n_chunks > 1) {
+        grow_attention_scratch(&scratch.partial, &scratch.partial_bytes,
+                               static_cast<size_t>(batch.n_tokens) * n_heads * n_chunks * hd * sizeof(float), "PV chunks");
+        partial = static_cast<float*>(scratch.partial);
+    }
+    launch_pdl(pv_kernel<KT>, dim3(batch.n_tokens, src.n_src_heads, n_chunks), dim_threads, 0, stream, batch, src, scores,
+               n_heads, out.data, out.type, max_ctx, chunk_tokens, partial);
     MVLLM_CUDA_LAUNCH_CHECK();
+    if (n_chunks > 1) {
+        launch_pdl(pv_reduce_kernel, dim3(batch.n_tokens, n_heads), dim_threads, 0, stream, partial, n_chunks, hd,
+                   out.data, out.type);
+        MVLLM_CUDA_LAUNCH_CHECK();
+    }
 }
+std::atomic<int> g_forced_f32_pipeline{-1};  // force_f32_pipeline
+
 template <int HD, typename KT, int G>
 void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                   int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
@@ -363,7 +466,12 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
     const KvSource src{kv.k, kv.v, kv.n_kv_heads, HD, true, kv.block_size, batch.block_tables,
                        batch.seq_block_begin, nullptr};
     const dim3 grid(batch.n_tokens, kv.n_kv_heads * n_tiles, split.n_splits);
-    launch_pdl(fused_attention_kernel<HD, KT, G>, grid, kFusedWarps * 32, 0, stream,
+    // The copy pipeline unless MVLLM_ATTN_F32_PIPE=0 or force_f32_pipeline(0) (A/B: the same bits).
+    static const bool pipe_env = env_int("MVLLM_ATTN_F32_PIPE", 1) != 0;
+    const int forced = g_forced_f32_pipeline.load();
+    const bool pipe = forced >= 0 ? forced != 0 : pipe_env;
+    auto* const kernel = pipe ? fused_attention_kernel<HD, KT, G, true> : fused_attention_kernel<HD, KT, G, false>;
+    launch_pdl(kernel, grid, kFusedWarps * 32, 0, stream,
         batch, src, static_cast<const float*>(q.data), n_heads, scale * kLog2e, split.split_tokens,
         split.n_splits, out.data, out.type, part_o, part_ml);
     MVLLM_CUDA_LAUNCH_CHECK();
@@ -374,6 +482,8 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
 }
 
 }  // namespace
+
+void force_f32_pipeline(int mode) { g_forced_f32_pipeline.store(mode); }
 
 void grow_attention_scratch(void** ptr, size_t* have, size_t need, const char* what) {
     grow_device_buffer(ptr, have, need, (std::string("attention ") + what + " scratch").c_str());
@@ -390,11 +500,12 @@ void split_partials(AttentionScratch& scratch, int32_t n_rows, int32_t n_heads, 
 
 void launch_three_ops(CudaAttention variant, const DeviceBatch& batch, const int64_t* seq_ctx_offset,
                       int64_t total_context, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
-                      int32_t n_heads, float scale, AttentionScratch& scratch, cudaStream_t stream) {
+                      int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms,
+                      cudaStream_t stream) {
     switch (static_cast<DType>(kv.dtype)) {
-        case DType::F32: return three_kernels<float>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, stream);
-        case DType::F16: return three_kernels<__half>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, stream);
-        case DType::BF16: return three_kernels<__nv_bfloat16>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, stream);
+        case DType::F32: return three_kernels<float>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream);
+        case DType::F16: return three_kernels<__half>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream);
+        case DType::BF16: return three_kernels<__nv_bfloat16>(variant, batch, seq_ctx_offset, total_context, kv, q, out, n_heads, scale, scratch, n_sms, stream);
         default: MVLLM_CHECK(false) << "attention: KV dtype " << type_name(static_cast<DType>(kv.dtype));
     }
 }
