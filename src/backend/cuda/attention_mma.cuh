@@ -183,13 +183,12 @@ __device__ __forceinline__ void prefetch_tile(const KT* kc, const KT* vc, const 
 
 // ---- RoPE and the new token's K/V folded in (RawQkv) -----------------------------------------------
 
-// Dims d and d + 1 (d even) of query head h of a token, RoPE'd from the raw fused QKV row (rope.cuh's
-// pairs: row 2i holds dim i, row 2i + 1 dim i + half), bias added first: rope_kv_store_kernel's
-// arithmetic, so the same bits as the q it would have written. rot: the row's (cos, sin) per pair.
-template <int HD>
-__device__ __forceinline__ float2 raw_q_pair(const float* head_row, const float* head_bias, const float2* rot, int d) {
-    constexpr int kHalf = HD / 2;
-    const int i = d % kHalf;  // even: the float4 at row 2i holds pairs i and i + 1, as does rot's at i
+// Dims (i, i + 1) and (i + half, i + half + 1) (i even) of one query head of a token, RoPE'd from
+// the raw fused QKV row (rope.cuh's pairs: row 2i holds dim i, row 2i + 1 dim i + half), bias added
+// first: rope_kv_store_kernel's arithmetic, so the same bits as the q it would have written. One
+// float4 of the row, of the bias and of rot: the row's (cos, sin) per pair. Returns
+// {dim i, dim i + 1, dim i + half, dim i + half + 1}.
+__device__ __forceinline__ float4 raw_q_quad(const float* head_row, const float* head_bias, const float2* rot, int i) {
     float4 x = *reinterpret_cast<const float4*>(head_row + 2 * i);
     if (head_bias) {
         const float4 b = *reinterpret_cast<const float4*>(head_bias + 2 * i);
@@ -197,7 +196,7 @@ __device__ __forceinline__ float2 raw_q_pair(const float* head_row, const float*
     }
     const float4 cs = *reinterpret_cast<const float4*>(rot + i);
     const float2 r0 = rope_rotate(x.x, x.y, make_float2(cs.x, cs.y)), r1 = rope_rotate(x.z, x.w, make_float2(cs.z, cs.w));
-    return d < kHalf ? make_float2(r0.x, r1.x) : make_float2(r0.y, r1.y);
+    return make_float4(r0.x, r1.x, r0.y, r1.y);
 }
 
 // The new token's K and V of one KV head, spread over a warp: lane l holds K dims (i, i + half) for
@@ -486,7 +485,7 @@ __global__ void __launch_bounds__(W * 32, kMinCtasPerSm<HD, KT, W>)
                                : q + (static_cast<int64_t>(row) * n_heads + head0) * HD;
         const float* b0 = fold && raw.bias ? raw.bias + static_cast<int64_t>(head0) * HD : nullptr;
         // The CTA reads its n_g heads once, a float4 of each input a thread (coalesced; with the
-        // fused row it adds the bias and applies RoPE here: raw_q_pair's pairs 2c and 2c + 1, dims
+        // fused row it adds the bias and applies RoPE here: raw_q_quad's pairs 2c and 2c + 1, dims
         // 2c, 2c + 1 and the same + HD / 2), into s_q; each warp builds its fragments from there.
         constexpr int kQuads = HD / 4;  // float4s a head
         for (int idx = threadIdx.x; idx < n_g * kQuads; idx += W * 32) {
@@ -494,8 +493,9 @@ __global__ void __launch_bounds__(W * 32, kMinCtasPerSm<HD, KT, W>)
             float* row_q = s_q + h * (HD + kQPad);
             if (fold) {
                 const float* b = b0 ? b0 + h * HD : nullptr;
-                *reinterpret_cast<float2*>(row_q + 2 * c) = raw_q_pair<HD>(q0 + h * HD, b, rot, 2 * c);
-                *reinterpret_cast<float2*>(row_q + 2 * c + HD / 2) = raw_q_pair<HD>(q0 + h * HD, b, rot, 2 * c + HD / 2);
+                const float4 r = raw_q_quad(q0 + h * HD, b, rot, 2 * c);
+                *reinterpret_cast<float2*>(row_q + 2 * c) = make_float2(r.x, r.y);
+                *reinterpret_cast<float2*>(row_q + 2 * c + HD / 2) = make_float2(r.z, r.w);
             } else {
                 *reinterpret_cast<float4*>(row_q + 4 * c) = *reinterpret_cast<const float4*>(q0 + h * HD + 4 * c);
             }

@@ -15,8 +15,9 @@ namespace mvllm::cuda {
 FusedSplit fused_split(int32_t n_rows, int32_t n_kv_heads, int32_t n_head_tiles, int32_t max_context,
                        int32_t n_sms, bool batch_invariant) {
     if (batch_invariant) return {static_cast<int32_t>(ceil_div(max_context, kInvariantSplitTokens)), kInvariantSplitTokens};
-    // Aim for about four CTAs per SM, never fewer than 64 context tokens per split.
-    constexpr int32_t kMinSplitTokens = 64;
+    // Aim for about four CTAs per SM (the F32 kernel's residency), never fewer than 64 context
+    // tokens per split (MVLLM_ATTN_F32_MIN_SPLIT: another floor, for measurements).
+    static const int32_t kMinSplitTokens = std::max(16, env_int("MVLLM_ATTN_F32_MIN_SPLIT", 64));
     const int64_t base = static_cast<int64_t>(n_rows) * n_kv_heads * n_head_tiles;
     const int64_t want = ceil_div(4LL * std::max(n_sms, 1), std::max<int64_t>(base, 1));
     const int64_t most = std::max<int64_t>(1, ceil_div(max_context, kMinSplitTokens));

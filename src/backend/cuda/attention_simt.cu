@@ -183,44 +183,91 @@ __global__ void pv_reduce_kernel(const float* partial, int32_t n_chunks, int32_t
 // ---- fused paged flash-decoding ----------------------------------------------------------------
 
 constexpr int kFusedWarps = 4;
-constexpr int kVec = 8;  // head dims per lane: two 16-byte loads (this kernel serves F32 KV only)
-// Pipe: each lane copies its K/V values of the next kFusedStages - 1 steps into shared memory
-// (cp.async) while it computes the current one, instead of loading a step's values when it
-// starts it; every lane reads back only what it copied. A step is 32 x kVec floats of K and of V
-// per warp at any head_dim (TPW tokens of HD).
-constexpr int kFusedStages = 4;
-constexpr int kStepFloats = 32 * kVec;
+constexpr int kFusedMinCtas = 4;  // CTAs an SM the launch bound asks for (<= 128 registers)
+constexpr int kVec = 4;           // head dims per lane: one 16-byte load (this kernel serves F32 KV only)
+constexpr int kTileRows = 4;      // row steps per tile: one online-softmax update per tile
+// Pipe: each lane copies its K/V values of the tiles kFusedStages - 1 ahead into shared memory
+// (cp.async) while it computes the current one; every lane reads back only what it copied.
+constexpr int kFusedStages = 3;
+constexpr int kStageFloats = kTileRows * 2 * 32 * kVec;  // a warp's stage: per row, K then V, 32 lanes
 
-__device__ __forceinline__ void load8(const float* p, float (&o)[kVec]) {
-    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-    o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w; o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
-}
-
-// exp2(a - b) that is 0 when a is -inf (an empty partial state).
+// exp2(a - b) that is 0 when a is -inf (an empty partial state, a masked score).
 __device__ __forceinline__ float rescale(float a, float b) { return a == -INFINITY ? 0.0f : exp2f(a - b); }
+
+// The lanes of a token (L consecutive lanes) each hold partial dot products s[0..G) of their dims.
+// Afterwards s[0..NV) hold the full sums of query heads head_base<G, L>(dl) + v, NV = max(1, G / L):
+// while a lane holds more than one value it keeps half and adds its partner's half of the other
+// (a reduce-scatter: G - 1 shuffles for G heads instead of G log2 L), then plain butterflies.
+template <int G, int L, int N = G, int O = L / 2>
+__device__ __forceinline__ void reduce_scatter(float (&s)[G], int dl) {
+    if constexpr (O >= 1) {
+        if constexpr (N > 1) {
+            const bool upper = dl & O;
+#pragma unroll
+            for (int i = 0; i < N / 2; ++i) {
+                const float send = upper ? s[i] : s[i + N / 2];
+                const float keep = upper ? s[i + N / 2] : s[i];
+                s[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+            }
+            reduce_scatter<G, L, N / 2, O / 2>(s, dl);
+        } else {
+            s[0] += __shfl_xor_sync(0xffffffffu, s[0], O);
+            reduce_scatter<G, L, 1, O / 2>(s, dl);
+        }
+    }
+}
+// The first query head whose score lane dl holds after reduce_scatter<G, L>, and the lane (of a
+// token's L) that holds head g's.
+template <int G, int L>
+__device__ __forceinline__ int head_base(int dl) {
+    int base = 0;
+#pragma unroll
+    for (int o = L / 2, n = G; o >= 1 && n > 1; o >>= 1, n /= 2) base += (dl & o) ? n / 2 : 0;
+    return base;
+}
+template <int G, int L>
+__host__ __device__ constexpr int head_owner(int g) {
+    int dl = 0;
+    for (int o = L / 2, n = G; o >= 1 && n > 1; o >>= 1, n /= 2) {
+        if (g >= n / 2) dl += o, g -= n / 2;
+    }
+    return dl;
+}
 
 // Reads: q (one row, the CTA's query heads), the row's K/V blocks in [split * split_tokens,
 // min(+split_tokens, positions[row] + 1)). Writes: out (n_splits == 1, normalised) or the split's
 // unnormalised partial o and its (max, sum) in base 2 (n_splits > 1).
-// Launch: grid (n_tokens, n_kv_heads * n_head_tiles, n_splits), 128 threads. Each warp takes
-// 32 / (HD / 8) context tokens per step (HD / 8 lanes per token, 8 dims per lane); a lane keeps
-// the online-softmax state of its tokens for all G query heads; warps and lanes merge at the end.
+// Launch: grid (n_tokens, n_kv_heads * n_head_tiles, n_splits), 128 threads, fused_smem_bytes of
+// dynamic shared memory. A token's HD / 4 lanes (L) each hold 4 of its dims, so a row step covers
+// 32 / L tokens (TPW); a warp takes tiles of kTileRows row steps (its tiles interleave with the
+// other warps'). Per tile: scores of the G query heads (partial dots, then reduce_scatter: each lane
+// ends up with the scores of NV heads), one online-softmax update per held head over the tile
+// (lanes of the same token slot share it through shared memory), then P V into the lane's dims of
+// all G heads. The TPW token slots and the warps merge at the end.
+template <int HD, int G>
+struct FusedShape {
+    static constexpr int L = HD / kVec, TPW = 32 / L, NV = G > L ? G / L : 1, T = kTileRows * TPW;
+    static constexpr int kPFloats = kFusedWarps * TPW * (kTileRows + 1) * G;  // p, then corr, per token slot
+    static constexpr int kPipeFloats = kFusedWarps * kFusedStages * kStageFloats;
+    static constexpr int kAccFloats = kFusedWarps * G * HD;
+    static constexpr size_t kSmemBytes =
+        (static_cast<size_t>(kPipeFloats > kAccFloats ? kPipeFloats : kAccFloats) + kPFloats) * sizeof(float);
+};
+
 template <int HD, typename KT, int G, bool Pipe>
-__global__ void __launch_bounds__(kFusedWarps * 32)
+__global__ void __launch_bounds__(kFusedWarps * 32, kFusedMinCtas)
     fused_attention_kernel(DeviceBatch batch, KvSource cache, const float* q, int32_t n_heads, float scale_log2,
                            int32_t split_tokens, int32_t n_splits, void* out, DType out_type, float* part_o,
                            float* part_ml) {
     pdl_begin();
-    constexpr int L = HD / kVec;      // lanes per token
-    constexpr int TPW = 32 / L;       // tokens per warp step
-    static_assert(HD % kVec == 0 && 32 % L == 0, "head_dim");
+    using S = FusedShape<HD, G>;
+    constexpr int L = S::L, TPW = S::TPW, NV = S::NV, T = S::T;
+    static_assert(HD % kVec == 0 && 32 % L == 0 && G % NV == 0, "head_dim");
     __shared__ float s_m[kFusedWarps][G], s_l[kFusedWarps][G];
-    // Pipe: the warps' stages [warp][stage][K, V][kStepFloats], then (after a barrier) the warps'
-    // partial o [warp][G][HD] for their merge.
-    constexpr int kPipeFloats = Pipe ? kFusedWarps * kFusedStages * 2 * kStepFloats : 0;
-    constexpr int kAccFloats = kFusedWarps * G * HD;
-    __shared__ __align__(16) float s_buf[kPipeFloats > kAccFloats ? kPipeFloats : kAccFloats];
-    float (*s_acc)[G][HD] = reinterpret_cast<float (*)[G][HD]>(s_buf);
+    // Dynamic: the warps' stages [warp][stage][row][K, V][32 lanes][kVec] (Pipe; after a barrier the
+    // warps' partial o [warp][G][HD] for their merge), then [warp][slot][row: p, then corr][G].
+    extern __shared__ __align__(16) float s_dyn[];
+    float (*s_acc)[G][HD] = reinterpret_cast<float (*)[G][HD]>(s_dyn);
 
     const int32_t row = blockIdx.x;
     const int32_t n_kv = cache.n_src_heads;
@@ -232,123 +279,192 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
     const int32_t split = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = lane / L, dl = lane % L;
+    const int hb = head_base<G, L>(dl);
+    // The lanes that hold their heads' scores unreduced-only-by-butterflies: one writer per head.
+    const bool writer = dl == head_owner<G, L>(hb);
+    float* const s_pc = s_dyn + (S::kPipeFloats > S::kAccFloats ? S::kPipeFloats : S::kAccFloats) +
+                        (warp * TPW + sub) * (kTileRows + 1) * G;
 
     const int32_t seq = batch.row_seq[row];
     const int32_t ctx = batch.positions[row] + 1;
     const int32_t t_begin = split * split_tokens;
     const int32_t t_end = min(t_begin + split_tokens, ctx);
+    const int32_t* const table = batch.block_tables + batch.seq_block_begin[seq];
+    const uint32_t bs = static_cast<uint32_t>(cache.block_size);
 
-    float qv[G][kVec];
+    float m[NV], l[NV], acc[G][kVec];
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
+    for (int v = 0; v < NV; ++v) m[v] = -INFINITY, l[v] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < kVec; ++i)
-            qv[g][i] = g < n_g ? q[(static_cast<int64_t>(row) * n_heads + head0 + g) * HD + dl * kVec + i] * scale_log2
-                               : 0.0f;
-    }
-    float m[G], l[G], acc[G][kVec];
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
+    for (int g = 0; g < G; ++g)
 #pragma unroll
         for (int i = 0; i < kVec; ++i) acc[g][i] = 0.0f;
-    }
-    const KT* kc = static_cast<const KT*>(cache.k);
-    const KT* vc = static_cast<const KT*>(cache.v);
-    constexpr int32_t kStride = kFusedWarps * TPW;  // tokens between a warp's steps
-    // Pipe: the lane's slot of step i's stage (K, then V kStepFloats later).
-    float* const my_stage = s_buf + (warp * kFusedStages * 2) * kStepFloats + lane * kVec;
-    auto stage = [&](int32_t i) { return my_stage + (i % kFusedStages) * 2 * kStepFloats; };
-    auto issue = [&](int32_t i) {  // starts step i's copies (none past the split)
-        const int32_t t = t_begin + warp * TPW + i * kStride + sub;
-        if (t < t_end) {
-            const int64_t off = cache.offset(seq, t, kv_head) + dl * kVec;
-            float* st = stage(i);
-            cp_async16(st, kc + off, true);
-            cp_async16(st + 4, kc + off + 4, true);
-            cp_async16(st + kStepFloats, vc + off, true);
-            cp_async16(st + kStepFloats + 4, vc + off + 4, true);
+
+    const float* const kc = static_cast<const float*>(cache.k);
+    const float* const vc = static_cast<const float*>(cache.v);
+    // Tile `it` of this warp: tokens tile_base(it) + r * TPW + sub, r < kTileRows.
+    auto tile_base = [&](int32_t it) { return t_begin + (it * kFusedWarps + warp) * T; };
+    // A tile's rows as (block id, token within the block), -1 past the split: the block ids are
+    // loaded a tile before they are needed.
+    struct Rows { int32_t block[kTileRows], in[kTileRows]; };
+    auto locate = [&](int32_t it, Rows& rows) {
+#pragma unroll
+        for (int r = 0; r < kTileRows; ++r) {
+            const int32_t t = tile_base(it) + r * TPW + sub;
+            const uint32_t b = static_cast<uint32_t>(t) / bs;
+            rows.in[r] = t < t_end ? static_cast<int32_t>(static_cast<uint32_t>(t) - b * bs) : -1;
+            rows.block[r] = t < t_end ? table[b] : 0;
         }
     };
+    auto offset = [&](const Rows& rows, int r) {
+        return ((static_cast<int64_t>(rows.block[r]) * n_kv + kv_head) * bs + rows.in[r]) * HD + dl * kVec;
+    };
+    auto stage = [&](int32_t it) { return s_dyn + (warp * kFusedStages + it % kFusedStages) * kStageFloats + lane * kVec; };
+    // Starts tile it's copies; rows past the split are zero-filled (their V is multiplied by p = 0,
+    // so a NaN left in shared memory would poison the sums).
+    auto issue = [&](int32_t it, const Rows& rows) {
+        float* st = stage(it);
+#pragma unroll
+        for (int r = 0; r < kTileRows; ++r) {
+            const bool in = rows.in[r] >= 0;
+            const int64_t off = in ? offset(rows, r) : 0;
+            cp_async16(st + r * 2 * 32 * kVec, kc + off, in);
+            cp_async16(st + (r * 2 + 1) * 32 * kVec, vc + off, in);
+        }
+    };
+    Rows next;  // Pipe: the rows of the next tile to issue
     if constexpr (Pipe) {
 #pragma unroll
         for (int i = 0; i < kFusedStages - 1; ++i) {
-            issue(i);
+            locate(i, next);
+            issue(i, next);
             cp_async_commit();
         }
+        locate(kFusedStages - 1, next);
     }
-    for (int32_t base = t_begin + warp * TPW, step = 0; base < t_end; base += kStride, ++step) {
-        const int32_t t = base + sub;
-        const bool valid = t < t_end;
-        float kx[kVec], vx[kVec];
+    // Q after the first copies are on their way (its loads' round trip then overlaps theirs).
+    float qv[G][kVec];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const float4 x = g < n_g ? *reinterpret_cast<const float4*>(
+                                       q + (static_cast<int64_t>(row) * n_heads + head0 + g) * HD + dl * kVec)
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        qv[g][0] = x.x * scale_log2, qv[g][1] = x.y * scale_log2, qv[g][2] = x.z * scale_log2,
+        qv[g][3] = x.w * scale_log2;
+    }
+    for (int32_t it = 0; tile_base(it) < t_end; ++it) {
+        Rows cur;
         if constexpr (Pipe) {
-            cp_async_wait<kFusedStages - 2>();  // this step's copies (the lane's own) have landed
-            issue(step + kFusedStages - 1);
+            cp_async_wait<kFusedStages - 2>();  // this tile's copies (the lane's own) have landed
+            issue(it + kFusedStages - 1, next);
             cp_async_commit();
-        }
-        if (valid) {
-            if constexpr (Pipe) {
-                load8(stage(step), kx);
-                load8(stage(step) + kStepFloats, vx);
-            } else {
-                const int64_t off = cache.offset(seq, t, kv_head) + dl * kVec;
-                load8(kc + off, kx);
-                load8(vc + off, vx);
-            }
+            locate(it + kFusedStages, next);
         } else {
-#pragma unroll
-            for (int i = 0; i < kVec; ++i) kx[i] = vx[i] = 0.0f;
+            locate(it, cur);
         }
+        auto load_row = [&](int r, int kv) {  // the lane's K (kv 0) or V (1) values of row r
+            if constexpr (Pipe) return *reinterpret_cast<const float4*>(stage(it) + (r * 2 + kv) * 32 * kVec);
+            else return cur.in[r] >= 0 ? *reinterpret_cast<const float4*>((kv ? vc : kc) + offset(cur, r))
+                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        };
+        // Scores of the tile's rows for the lane's held heads (-inf: past the split or no head).
+        float sc[kTileRows][NV];
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-            float s = 0.0f;
+        for (int r = 0; r < kTileRows; ++r) {
+            const float4 k = load_row(r, 0);
+            float s[G];
 #pragma unroll
-            for (int i = 0; i < kVec; ++i) s += qv[g][i] * kx[i];
+            for (int g = 0; g < G; ++g)
+                s[g] = fmaf(qv[g][3], k.w, fmaf(qv[g][2], k.z, fmaf(qv[g][1], k.y, __fmul_rn(qv[g][0], k.x))));
+            reduce_scatter<G, L>(s, dl);
+            const bool valid = tile_base(it) + r * TPW + sub < t_end;
 #pragma unroll
-            for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (valid && g < n_g) {
-                const float m_new = fmaxf(m[g], s);
-                const float corr = rescale(m[g], m_new);
-                const float p = exp2f(s - m_new);
-                l[g] = l[g] * corr + p;
+            for (int v = 0; v < NV; ++v) sc[r][v] = valid && hb + v < n_g ? s[v] : -INFINITY;
+        }
+        // One online-softmax update per held head over the tile's rows of this token slot.
+        float p[kTileRows][NV], corr[NV];
 #pragma unroll
-                for (int i = 0; i < kVec; ++i) acc[g][i] = acc[g][i] * corr + p * vx[i];
-                m[g] = m_new;
+        for (int v = 0; v < NV; ++v) {
+            float mt = sc[0][v];
+#pragma unroll
+            for (int r = 1; r < kTileRows; ++r) mt = fmaxf(mt, sc[r][v]);
+            const float m_new = fmaxf(m[v], mt);
+            corr[v] = rescale(m[v], m_new);
+            float ps = 0.0f;
+#pragma unroll
+            for (int r = 0; r < kTileRows; ++r) ps += p[r][v] = rescale(sc[r][v], m_new);
+            l[v] = fmaf(l[v], corr[v], ps);
+            m[v] = m_new;
+        }
+        // Share p and corr with the slot's other lanes (which hold other heads' values).
+        __syncwarp();  // the previous tile's reads are done
+        if (writer) {
+#pragma unroll
+            for (int v = 0; v < NV; ++v) {
+#pragma unroll
+                for (int r = 0; r < kTileRows; ++r) s_pc[r * G + hb + v] = p[r][v];
+                s_pc[kTileRows * G + hb + v] = corr[v];
+            }
+        }
+        __syncwarp();
+        float c[G];
+#pragma unroll
+        for (int g = 0; g < G; g += 4) *reinterpret_cast<float4*>(&c[g]) = *reinterpret_cast<const float4*>(s_pc + kTileRows * G + g);
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+#pragma unroll
+            for (int i = 0; i < kVec; ++i) acc[g][i] = __fmul_rn(acc[g][i], c[g]);
+#pragma unroll
+        for (int r = 0; r < kTileRows; ++r) {
+            const float4 vv = load_row(r, 1);
+            float pr[G];
+#pragma unroll
+            for (int g = 0; g < G; g += 4) *reinterpret_cast<float4*>(&pr[g]) = *reinterpret_cast<const float4*>(s_pc + r * G + g);
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                acc[g][0] = fmaf(pr[g], vv.x, acc[g][0]);
+                acc[g][1] = fmaf(pr[g], vv.y, acc[g][1]);
+                acc[g][2] = fmaf(pr[g], vv.z, acc[g][2]);
+                acc[g][3] = fmaf(pr[g], vv.w, acc[g][3]);
             }
         }
     }
-    // Merge the token subgroups of the warp (lanes with the same dims).
+    // Every lane takes the (max, sum) of all G heads of its token slot from their holders.
+    float mg[G], lg[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const int src = sub * L + head_owner<G, L>(g - g % NV);
+        mg[g] = __shfl_sync(0xffffffffu, m[g % NV], src);
+        lg[g] = __shfl_sync(0xffffffffu, l[g % NV], src);
+    }
+    // Merge the token slots of the warp (lanes with the same dims).
 #pragma unroll
     for (int o = L; o < 32; o <<= 1) {
 #pragma unroll
         for (int g = 0; g < G; ++g) {
-            const float mo = __shfl_xor_sync(0xffffffffu, m[g], o);
-            const float lo = __shfl_xor_sync(0xffffffffu, l[g], o);
-            const float m_new = fmaxf(m[g], mo);
-            const float c1 = rescale(m[g], m_new), c2 = rescale(mo, m_new);
-            l[g] = l[g] * c1 + lo * c2;
+            const float mo = __shfl_xor_sync(0xffffffffu, mg[g], o);
+            const float lo = __shfl_xor_sync(0xffffffffu, lg[g], o);
+            const float m_new = fmaxf(mg[g], mo);
+            const float c1 = rescale(mg[g], m_new), c2 = rescale(mo, m_new);
+            lg[g] = fmaf(lg[g], c1, __fmul_rn(lo, c2));
 #pragma unroll
             for (int i = 0; i < kVec; ++i) {
                 const float ao = __shfl_xor_sync(0xffffffffu, acc[g][i], o);
-                acc[g][i] = acc[g][i] * c1 + ao * c2;
+                acc[g][i] = fmaf(acc[g][i], c1, __fmul_rn(ao, c2));
             }
-            m[g] = m_new;
+            mg[g] = m_new;
         }
     }
-    if constexpr (Pipe) {
-        cp_async_wait<0>();  // no copy may land in s_buf once it holds the partial o
-        __syncthreads();
-    }
+    if constexpr (Pipe) cp_async_wait<0>();  // no copy may land in s_dyn once it holds the partial o
+    __syncthreads();
     if (sub == 0) {
 #pragma unroll
         for (int g = 0; g < G; ++g) {
             if (dl == 0) {
-                s_m[warp][g] = m[g];
-                s_l[warp][g] = l[g];
+                s_m[warp][g] = mg[g];
+                s_l[warp][g] = lg[g];
             }
-#pragma unroll
-            for (int i = 0; i < kVec; ++i) s_acc[warp][g][dl * kVec + i] = acc[g][i];
+            *reinterpret_cast<float4*>(&s_acc[warp][g][dl * kVec]) = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
         }
     }
     __syncthreads();
@@ -362,8 +478,8 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
 #pragma unroll
         for (int w = 0; w < kFusedWarps; ++w) {
             const float c = rescale(s_m[w][g], mx);
-            sum += s_l[w][g] * c;
-            a += s_acc[w][g][d] * c;
+            sum = fmaf(s_l[w][g], c, sum);
+            a = fmaf(s_acc[w][g][d], c, a);
         }
         const int64_t head_row = static_cast<int64_t>(row) * n_heads + head0 + g;
         if (n_splits == 1) {
@@ -379,23 +495,45 @@ __global__ void __launch_bounds__(kFusedWarps * 32)
 }
 
 // Reads the n_splits partial (o, max, sum) of one (row, head); writes the normalised output.
-// Grid (n_tokens, n_heads), head_dim threads.
-__global__ void merge_splits_kernel(const float* part_o, const float* part_ml, int32_t n_splits, int32_t head_dim,
-                                    void* out, DType out_type) {
+// Grid (n_tokens, n_heads), kMergeThreads threads: groups of HD / 4 threads, 4 dims each. The
+// threads find the largest max and the scaled sum of sums (fixed trees), then group j adds splits
+// j, j + kGroups, ... (independent loads, eight in flight), and the groups' sums add in group
+// order: the result depends only on n_splits. (The serial walk of 64 splits per thread this
+// replaces took 17 µs of the 7B's 4K row under ncu; bench/NOTES.md, fortieth session.)
+constexpr int kMergeThreads = 128;
+template <int HD>
+__global__ void __launch_bounds__(kMergeThreads)
+    merge_splits_kernel(const float* part_o, const float* part_ml, int32_t n_splits, void* out, DType out_type) {
     pdl_begin();
+    constexpr int kLanes = HD / kVec, kGroups = kMergeThreads / kLanes;
+    static_assert(kMergeThreads % kLanes == 0, "head_dim");
+    __shared__ float scratch[32];
+    __shared__ __align__(16) float s_part[kGroups][HD];
     const int64_t head_row = static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y;
-    const int d = threadIdx.x;
-    if (d >= head_dim) return;
+    const int tid = threadIdx.x, grp = tid / kLanes, dl = tid % kLanes;
     const float* ml = part_ml + head_row * n_splits * 2;
     float mx = -INFINITY;
-    for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, ml[2 * s]);
-    float sum = 0.0f, a = 0.0f;
-    for (int s = 0; s < n_splits; ++s) {
+    for (int s = tid; s < n_splits; s += kMergeThreads) mx = fmaxf(mx, ml[2 * s]);
+    mx = block_max(mx, scratch);
+    float lc = 0.0f;
+    for (int s = tid; s < n_splits; s += kMergeThreads) lc = fmaf(ml[2 * s + 1], rescale(ml[2 * s], mx), lc);
+    const float sum = block_sum(lc, scratch);
+    const float* po = part_o + head_row * n_splits * HD + dl * kVec;
+    float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+    for (int s = grp; s < n_splits; s += kGroups) {
         const float c = rescale(ml[2 * s], mx);
-        sum += ml[2 * s + 1] * c;
-        a += part_o[(head_row * n_splits + s) * head_dim + d] * c;
+        const float4 p = *reinterpret_cast<const float4*>(po + static_cast<int64_t>(s) * HD);
+        a.x = fmaf(p.x, c, a.x), a.y = fmaf(p.y, c, a.y), a.z = fmaf(p.z, c, a.z), a.w = fmaf(p.w, c, a.w);
     }
-    store_any(out, out_type, head_row * head_dim + d, a / sum);
+    *reinterpret_cast<float4*>(&s_part[grp][dl * kVec]) = a;
+    __syncthreads();
+    for (int d = tid; d < HD; d += kMergeThreads) {
+        float t = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kGroups; ++j) t += s_part[j][d];
+        store_any(out, out_type, head_row * HD + d, t / sum);
+    }
 }
 
 template <typename KT>
@@ -471,12 +609,25 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
     const int forced = g_forced_f32_pipeline.load();
     const bool pipe = forced >= 0 ? forced != 0 : pipe_env;
     auto* const kernel = pipe ? fused_attention_kernel<HD, KT, G, true> : fused_attention_kernel<HD, KT, G, false>;
-    launch_pdl(kernel, grid, kFusedWarps * 32, 0, stream,
+    constexpr size_t kSmem = FusedShape<HD, G>::kSmemBytes;
+    // Over the default 48 KB: opt in, once per instantiation; all of L1 as shared memory, so that
+    // kFusedMinCtas CTAs fit an SM.
+    static const bool sized = [] {
+        for (auto* k : {fused_attention_kernel<HD, KT, G, true>, fused_attention_kernel<HD, KT, G, false>}) {
+            MVLLM_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
+            MVLLM_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                  cudaSharedmemCarveoutMaxShared));
+        }
+        return true;
+    }();
+    (void)sized;
+    launch_pdl(kernel, grid, kFusedWarps * 32, kSmem, stream,
         batch, src, static_cast<const float*>(q.data), n_heads, scale * kLog2e, split.split_tokens,
         split.n_splits, out.data, out.type, part_o, part_ml);
     MVLLM_CUDA_LAUNCH_CHECK();
     if (split.n_splits > 1) {
-        launch_pdl(merge_splits_kernel, dim3(batch.n_tokens, n_heads), static_cast<unsigned>(ceil_div(HD, 32) * 32), 0, stream, part_o, part_ml, split.n_splits, HD, out.data, out.type);
+        launch_pdl(merge_splits_kernel<HD>, dim3(batch.n_tokens, n_heads), kMergeThreads, 0, stream, part_o, part_ml,
+                   split.n_splits, out.data, out.type);
         MVLLM_CUDA_LAUNCH_CHECK();
     }
 }
