@@ -258,8 +258,8 @@ template <int HD, typename KT, int G, bool Pipe>
 __global__ void __launch_bounds__(kFusedWarps * 32, kFusedMinCtas)
     fused_attention_kernel(DeviceBatch batch, KvSource cache, const float* q, int32_t n_heads, float scale_log2,
                            int32_t split_tokens, int32_t n_splits, void* out, DType out_type, float* part_o,
-                           float* part_ml) {
-    pdl_begin();
+                           float* part_ml, bool early_tiles) {
+    pdl_trigger();
     using S = FusedShape<HD, G>;
     constexpr int L = S::L, TPW = S::TPW, NV = S::NV, T = S::T;
     static_assert(HD % kVec == 0 && 32 % L == 0 && G % NV == 0, "head_dim");
@@ -333,9 +333,20 @@ __global__ void __launch_bounds__(kFusedWarps * 32, kFusedMinCtas)
         }
     };
     Rows next;  // Pipe: the rows of the next tile to issue
+    int n_pre = 0;
     if constexpr (Pipe) {
-#pragma unroll
-        for (int i = 0; i < kFusedStages - 1; ++i) {
+        // early_tiles: the first tiles whose tokens were all cached before this step (no kernel of
+        // the step writes them; the block table is the step's metadata) start before the wait.
+        const int32_t first_new = batch.seq_context_len[seq] - batch.seq_n_tokens[seq];
+        for (; early_tiles && n_pre < kFusedStages - 1 && tile_base(n_pre) + T <= first_new; ++n_pre) {
+            locate(n_pre, next);
+            issue(n_pre, next);
+            cp_async_commit();
+        }
+    }
+    pdl_wait();
+    if constexpr (Pipe) {
+        for (int i = n_pre; i < kFusedStages - 1; ++i) {
             locate(i, next);
             issue(i, next);
             cp_async_commit();
@@ -495,12 +506,15 @@ __global__ void __launch_bounds__(kFusedWarps * 32, kFusedMinCtas)
 }
 
 // Reads the n_splits partial (o, max, sum) of one (row, head); writes the normalised output.
-// Grid (n_tokens, n_heads), kMergeThreads threads: groups of HD / 4 threads, 4 dims each. The
-// threads find the largest max and the scaled sum of sums (fixed trees), then group j adds splits
-// j, j + kGroups, ... (independent loads, eight in flight), and the groups' sums add in group
-// order: the result depends only on n_splits. (The serial walk of 64 splits per thread this
-// replaces took 17 µs of the 7B's 4K row under ncu; bench/NOTES.md, fortieth session.)
+// Grid (n_tokens, n_heads), kMergeThreads threads: groups of HD / 4 threads, 4 dims each; group j
+// takes splits j, j + kGroups, ... Each thread first loads its first kMergeBatch parts and the
+// (max, sum) pairs it reduces, all before the CTA's max is known (one round trip for up to
+// kGroups * kMergeBatch splits: 64 at head_dim 128), then scales and adds them in split order;
+// the groups' sums add in group order and the sum of sums is a fixed tree, so the result depends
+// only on n_splits. (A serial walk of 64 splits per thread took 17 µs of the 7B's 4K row under
+// ncu, eight loads in flight 7 µs; bench/NOTES.md, fortieth session.)
 constexpr int kMergeThreads = 128;
+constexpr int kMergeBatch = 16;
 template <int HD>
 __global__ void __launch_bounds__(kMergeThreads)
     merge_splits_kernel(const float* part_o, const float* part_ml, int32_t n_splits, void* out, DType out_type) {
@@ -511,21 +525,35 @@ __global__ void __launch_bounds__(kMergeThreads)
     __shared__ __align__(16) float s_part[kGroups][HD];
     const int64_t head_row = static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y;
     const int tid = threadIdx.x, grp = tid / kLanes, dl = tid % kLanes;
-    const float* ml = part_ml + head_row * n_splits * 2;
+    const float2* ml = reinterpret_cast<const float2*>(part_ml + head_row * n_splits * 2);
+    const float* po = part_o + head_row * n_splits * HD + dl * kVec;
+    auto part = [&](int s) { return *reinterpret_cast<const float4*>(po + static_cast<int64_t>(s) * HD); };
+    float4 first[kMergeBatch];
+    float first_m[kMergeBatch];
+#pragma unroll
+    for (int i = 0; i < kMergeBatch; ++i) {
+        const int s = grp + i * kGroups;
+        first[i] = s < n_splits ? part(s) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        first_m[i] = s < n_splits ? ml[s].x : -INFINITY;
+    }
     float mx = -INFINITY;
-    for (int s = tid; s < n_splits; s += kMergeThreads) mx = fmaxf(mx, ml[2 * s]);
+    for (int s = tid; s < n_splits; s += kMergeThreads) mx = fmaxf(mx, ml[s].x);
     mx = block_max(mx, scratch);
     float lc = 0.0f;
-    for (int s = tid; s < n_splits; s += kMergeThreads) lc = fmaf(ml[2 * s + 1], rescale(ml[2 * s], mx), lc);
-    const float sum = block_sum(lc, scratch);
-    const float* po = part_o + head_row * n_splits * HD + dl * kVec;
-    float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-    for (int s = grp; s < n_splits; s += kGroups) {
-        const float c = rescale(ml[2 * s], mx);
-        const float4 p = *reinterpret_cast<const float4*>(po + static_cast<int64_t>(s) * HD);
-        a.x = fmaf(p.x, c, a.x), a.y = fmaf(p.y, c, a.y), a.z = fmaf(p.z, c, a.z), a.w = fmaf(p.w, c, a.w);
+    for (int s = tid; s < n_splits; s += kMergeThreads) {
+        const float2 x = ml[s];
+        lc = fmaf(x.y, rescale(x.x, mx), lc);
     }
+    const float sum = block_sum(lc, scratch);
+    float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    auto add = [&](float4 p, float m) {
+        const float c = rescale(m, mx);
+        a.x = fmaf(p.x, c, a.x), a.y = fmaf(p.y, c, a.y), a.z = fmaf(p.z, c, a.z), a.w = fmaf(p.w, c, a.w);
+    };
+#pragma unroll
+    for (int i = 0; i < kMergeBatch; ++i) add(first[i], first_m[i]);
+#pragma unroll 8
+    for (int s = grp + kMergeBatch * kGroups; s < n_splits; s += kGroups) add(part(s), ml[s].x);
     *reinterpret_cast<float4*>(&s_part[grp][dl * kVec]) = a;
     __syncthreads();
     for (int d = tid; d < HD; d += kMergeThreads) {
@@ -623,7 +651,7 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
     (void)sized;
     launch_pdl(kernel, grid, kFusedWarps * 32, kSmem, stream,
         batch, src, static_cast<const float*>(q.data), n_heads, scale * kLog2e, split.split_tokens,
-        split.n_splits, out.data, out.type, part_o, part_ml);
+        split.n_splits, out.data, out.type, part_o, part_ml, (early_loads() & kEarlyAttention) != 0);
     MVLLM_CUDA_LAUNCH_CHECK();
     if (split.n_splits > 1) {
         launch_pdl(merge_splits_kernel<HD>, dim3(batch.n_tokens, n_heads), kMergeThreads, 0, stream, part_o, part_ml,
