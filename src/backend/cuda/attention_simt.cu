@@ -194,25 +194,22 @@ constexpr int kStageFloats = kTileRows * 2 * 32 * kVec;  // a warp's stage: per 
 // exp2(a - b) that is 0 when a is -inf (an empty partial state, a masked score).
 __device__ __forceinline__ float rescale(float a, float b) { return a == -INFINITY ? 0.0f : exp2f(a - b); }
 
-// The lanes of a token (L consecutive lanes) each hold partial dot products s[0..G) of their dims.
-// Afterwards s[0..NV) hold the full sums of query heads head_base<G, L>(dl) + v, NV = max(1, G / L):
-// while a lane holds more than one value it keeps half and adds its partner's half of the other
-// (a reduce-scatter: G - 1 shuffles for G heads instead of G log2 L), then plain butterflies.
+// The lanes of a token (L consecutive lanes) each hold partial dot products of their dims, s[j]
+// that of query head j ^ head_base<G, L>(dl). Afterwards s[0..NV) hold the full sums of heads
+// head_base(dl) + v, NV = max(1, G / L): while a lane holds more than one value it keeps the first
+// half and adds its partner's second half, which (the order being j ^ head_base, and the partners
+// differing in that level's head bit) holds the same heads (a reduce-scatter: G - 1 shuffles for
+// G heads instead of G log2 L, and no selects); then plain butterflies.
 template <int G, int L, int N = G, int O = L / 2>
-__device__ __forceinline__ void reduce_scatter(float (&s)[G], int dl) {
+__device__ __forceinline__ void reduce_scatter(float (&s)[G]) {
     if constexpr (O >= 1) {
         if constexpr (N > 1) {
-            const bool upper = dl & O;
 #pragma unroll
-            for (int i = 0; i < N / 2; ++i) {
-                const float send = upper ? s[i] : s[i + N / 2];
-                const float keep = upper ? s[i + N / 2] : s[i];
-                s[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
-            }
-            reduce_scatter<G, L, N / 2, O / 2>(s, dl);
+            for (int i = 0; i < N / 2; ++i) s[i] += __shfl_xor_sync(0xffffffffu, s[i + N / 2], O);
+            reduce_scatter<G, L, N / 2, O / 2>(s);
         } else {
             s[0] += __shfl_xor_sync(0xffffffffu, s[0], O);
-            reduce_scatter<G, L, 1, O / 2>(s, dl);
+            reduce_scatter<G, L, 1, O / 2>(s);
         }
     }
 }
@@ -291,6 +288,9 @@ __global__ void __launch_bounds__(kFusedWarps * 32, kFusedMinCtas)
     const int32_t t_end = min(t_begin + split_tokens, ctx);
     const int32_t* const table = batch.block_tables + batch.seq_block_begin[seq];
     const uint32_t bs = static_cast<uint32_t>(cache.block_size);
+    // Block sizes are powers of two in practice (16): then a shift and a mask locate a token.
+    const bool bs_pow2 = (bs & (bs - 1)) == 0;
+    const int bs_shift = __ffs(bs) - 1;
 
     float m[NV], l[NV], acc[G][kVec];
 #pragma unroll
@@ -300,30 +300,37 @@ __global__ void __launch_bounds__(kFusedWarps * 32, kFusedMinCtas)
 #pragma unroll
         for (int i = 0; i < kVec; ++i) acc[g][i] = 0.0f;
 
-    const float* const kc = static_cast<const float*>(cache.k);
-    const float* const vc = static_cast<const float*>(cache.v);
+    // The lane's dims of this KV head in block 0; a token is block * block_stride + in * HD on.
+    const int64_t lane0 = static_cast<int64_t>(kv_head) * bs * HD + dl * kVec;
+    const float* const kc = static_cast<const float*>(cache.k) + lane0;
+    const float* const vc = static_cast<const float*>(cache.v) + lane0;
+    const int32_t block_stride = n_kv * static_cast<int32_t>(bs) * HD;  // < 2^31: checked at launch
     // Tile `it` of this warp: tokens tile_base(it) + r * TPW + sub, r < kTileRows.
     auto tile_base = [&](int32_t it) { return t_begin + (it * kFusedWarps + warp) * T; };
     // A tile's rows as (block id, token within the block), -1 past the split: the block ids are
     // loaded a tile before they are needed.
     struct Rows { int32_t block[kTileRows], in[kTileRows]; };
     auto locate = [&](int32_t it, Rows& rows) {
+        const int32_t t0 = tile_base(it) + sub;
 #pragma unroll
         for (int r = 0; r < kTileRows; ++r) {
-            const int32_t t = tile_base(it) + r * TPW + sub;
-            const uint32_t b = static_cast<uint32_t>(t) / bs;
-            rows.in[r] = t < t_end ? static_cast<int32_t>(static_cast<uint32_t>(t) - b * bs) : -1;
-            rows.block[r] = t < t_end ? table[b] : 0;
+            const uint32_t t = static_cast<uint32_t>(t0 + r * TPW);
+            const uint32_t b = bs_pow2 ? t >> bs_shift : t / bs;
+            const bool in = t0 + r * TPW < t_end;
+            rows.in[r] = in ? static_cast<int32_t>(t - b * bs) : -1;
+            rows.block[r] = in ? table[b] : 0;
         }
     };
     auto offset = [&](const Rows& rows, int r) {
-        return ((static_cast<int64_t>(rows.block[r]) * n_kv + kv_head) * bs + rows.in[r]) * HD + dl * kVec;
+        return static_cast<int64_t>(rows.block[r]) * block_stride + rows.in[r] * HD;
     };
-    auto stage = [&](int32_t it) { return s_dyn + (warp * kFusedStages + it % kFusedStages) * kStageFloats + lane * kVec; };
-    // Starts tile it's copies; rows past the split are zero-filled (their V is multiplied by p = 0,
-    // so a NaN left in shared memory would poison the sums).
-    auto issue = [&](int32_t it, const Rows& rows) {
-        float* st = stage(it);
+    // The lane's slot of stage i (of kFusedStages).
+    float* const my_stages = s_dyn + warp * kFusedStages * kStageFloats + lane * kVec;
+    auto stage = [&](int i) { return my_stages + i * kStageFloats; };
+    // Starts the copies of a tile into stage i; rows past the split are zero-filled (their V is
+    // multiplied by p = 0, so a NaN left in shared memory would poison the sums).
+    auto issue = [&](int i, const Rows& rows) {
+        float* st = stage(i);
 #pragma unroll
         for (int r = 0; r < kTileRows; ++r) {
             const bool in = rows.in[r] >= 0;
@@ -354,27 +361,29 @@ __global__ void __launch_bounds__(kFusedWarps * 32, kFusedMinCtas)
         locate(kFusedStages - 1, next);
     }
     // Q after the first copies are on their way (its loads' round trip then overlaps theirs).
+    // qv[j]: head j ^ hb (reduce_scatter's order).
     float qv[G][kVec];
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
+    for (int j = 0; j < G; ++j) {
+        const int g = j ^ hb;
         const float4 x = g < n_g ? *reinterpret_cast<const float4*>(
                                        q + (static_cast<int64_t>(row) * n_heads + head0 + g) * HD + dl * kVec)
                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        qv[g][0] = x.x * scale_log2, qv[g][1] = x.y * scale_log2, qv[g][2] = x.z * scale_log2,
-        qv[g][3] = x.w * scale_log2;
+        qv[j][0] = x.x * scale_log2, qv[j][1] = x.y * scale_log2, qv[j][2] = x.z * scale_log2,
+        qv[j][3] = x.w * scale_log2;
     }
-    for (int32_t it = 0; tile_base(it) < t_end; ++it) {
+    for (int32_t it = 0, st = 0; tile_base(it) < t_end; ++it, st = st == kFusedStages - 1 ? 0 : st + 1) {
         Rows cur;
         if constexpr (Pipe) {
             cp_async_wait<kFusedStages - 2>();  // this tile's copies (the lane's own) have landed
-            issue(it + kFusedStages - 1, next);
+            issue(st == 0 ? kFusedStages - 1 : st - 1, next);  // tile it + kFusedStages - 1
             cp_async_commit();
             locate(it + kFusedStages, next);
         } else {
             locate(it, cur);
         }
         auto load_row = [&](int r, int kv) {  // the lane's K (kv 0) or V (1) values of row r
-            if constexpr (Pipe) return *reinterpret_cast<const float4*>(stage(it) + (r * 2 + kv) * 32 * kVec);
+            if constexpr (Pipe) return *reinterpret_cast<const float4*>(stage(st) + (r * 2 + kv) * 32 * kVec);
             else return cur.in[r] >= 0 ? *reinterpret_cast<const float4*>((kv ? vc : kc) + offset(cur, r))
                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         };
@@ -387,7 +396,7 @@ __global__ void __launch_bounds__(kFusedWarps * 32, kFusedMinCtas)
 #pragma unroll
             for (int g = 0; g < G; ++g)
                 s[g] = fmaf(qv[g][3], k.w, fmaf(qv[g][2], k.z, fmaf(qv[g][1], k.y, __fmul_rn(qv[g][0], k.x))));
-            reduce_scatter<G, L>(s, dl);
+            reduce_scatter<G, L>(s);
             const bool valid = tile_base(it) + r * TPW + sub < t_end;
 #pragma unroll
             for (int v = 0; v < NV; ++v) sc[r][v] = valid && hb + v < n_g ? s[v] : -INFINITY;
@@ -513,9 +522,13 @@ __global__ void __launch_bounds__(kFusedWarps * 32, kFusedMinCtas)
 // the groups' sums add in group order and the sum of sums is a fixed tree, so the result depends
 // only on n_splits. (A serial walk of 64 splits per thread took 17 µs of the 7B's 4K row under
 // ncu, eight loads in flight 7 µs; bench/NOTES.md, fortieth session.)
+// kMergeBatch = 0: no parts loaded ahead, eight in flight (the same bits). The parts ahead pay from
+// kMergeAheadMinSplits splits on (H100, sixth call of the fortieth session: 0.5B F32 at 16K, 256
+// splits, 15.2 -> 12.9 µs; with 64 splits or fewer they cost up to 1 µs: 7B at 4K 11.55 -> 12.28).
+// MVLLM_ATTN_F32_MERGE_BATCH=0|1 never / always loads them ahead, for measurements.
 constexpr int kMergeThreads = 128;
-constexpr int kMergeBatch = 16;
-template <int HD>
+constexpr int32_t kMergeAheadMinSplits = 128;
+template <int HD, int kMergeBatch = 16>
 __global__ void __launch_bounds__(kMergeThreads)
     merge_splits_kernel(const float* part_o, const float* part_ml, int32_t n_splits, void* out, DType out_type) {
     pdl_begin();
@@ -528,8 +541,8 @@ __global__ void __launch_bounds__(kMergeThreads)
     const float2* ml = reinterpret_cast<const float2*>(part_ml + head_row * n_splits * 2);
     const float* po = part_o + head_row * n_splits * HD + dl * kVec;
     auto part = [&](int s) { return *reinterpret_cast<const float4*>(po + static_cast<int64_t>(s) * HD); };
-    float4 first[kMergeBatch];
-    float first_m[kMergeBatch];
+    float4 first[kMergeBatch > 0 ? kMergeBatch : 1];
+    float first_m[kMergeBatch > 0 ? kMergeBatch : 1];
 #pragma unroll
     for (int i = 0; i < kMergeBatch; ++i) {
         const int s = grp + i * kGroups;
@@ -632,6 +645,8 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
     const KvSource src{kv.k, kv.v, kv.n_kv_heads, HD, true, kv.block_size, batch.block_tables,
                        batch.seq_block_begin, nullptr};
     const dim3 grid(batch.n_tokens, kv.n_kv_heads * n_tiles, split.n_splits);
+    MVLLM_CHECK(static_cast<int64_t>(kv.n_kv_heads) * kv.block_size * HD < (int64_t{1} << 31))
+        << "fused attention: a KV block of " << kv.block_size << " tokens is too large";
     // The copy pipeline unless MVLLM_ATTN_F32_PIPE=0 or force_f32_pipeline(0) (A/B: the same bits).
     static const bool pipe_env = env_int("MVLLM_ATTN_F32_PIPE", 1) != 0;
     const int forced = g_forced_f32_pipeline.load();
@@ -654,8 +669,10 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
         split.n_splits, out.data, out.type, part_o, part_ml, (early_loads() & kEarlyAttention) != 0);
     MVLLM_CUDA_LAUNCH_CHECK();
     if (split.n_splits > 1) {
-        launch_pdl(merge_splits_kernel<HD>, dim3(batch.n_tokens, n_heads), kMergeThreads, 0, stream, part_o, part_ml,
-                   split.n_splits, out.data, out.type);
+        static const int ahead_env = env_int("MVLLM_ATTN_F32_MERGE_BATCH", -1);
+        const bool ahead = ahead_env >= 0 ? ahead_env != 0 : split.n_splits >= kMergeAheadMinSplits;
+        launch_pdl(ahead ? merge_splits_kernel<HD, 16> : merge_splits_kernel<HD, 0>, dim3(batch.n_tokens, n_heads),
+                   kMergeThreads, 0, stream, part_o, part_ml, split.n_splits, out.data, out.type);
         MVLLM_CUDA_LAUNCH_CHECK();
     }
 }
