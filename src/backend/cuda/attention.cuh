@@ -62,7 +62,7 @@ struct FusedSplit {
 // their merge order then depend on its own context only; empty splits merge as exact zeros).
 constexpr int32_t kInvariantSplitTokens = 512;
 FusedSplit fused_split(int32_t n_rows, int32_t n_kv_heads, int32_t n_head_tiles, int32_t max_context,
-                       int32_t n_sms, bool batch_invariant = false);
+                       int32_t n_sms, bool batch_invariant = false, int32_t min_split_tokens = 16);
 
 // The split of the tensor-core kernel (F16/BF16 KV): n_ctas_per_row CTAs per query row and split,
 // n_slots CTAs resident at once on the device, at least min_split_tokens per split, and beyond

@@ -13,14 +13,22 @@
 namespace mvllm::cuda {
 
 FusedSplit fused_split(int32_t n_rows, int32_t n_kv_heads, int32_t n_head_tiles, int32_t max_context,
-                       int32_t n_sms, bool batch_invariant) {
+                       int32_t n_sms, bool batch_invariant, int32_t min_split_tokens) {
     if (batch_invariant) return {static_cast<int32_t>(ceil_div(max_context, kInvariantSplitTokens)), kInvariantSplitTokens};
-    // Aim for about four CTAs per SM (the F32 kernel's residency), never fewer than 64 context
-    // tokens per split (MVLLM_ATTN_F32_MIN_SPLIT: another floor, for measurements).
-    static const int32_t kMinSplitTokens = std::max(16, env_int("MVLLM_ATTN_F32_MIN_SPLIT", 64));
+    // Aim for about four CTAs per SM (the F32 kernel's residency), in splits of at least
+    // min_split_tokens (the kernel's tile a warp: 16 tokens at head_dim 128, 32 at 64;
+    // MVLLM_ATTN_F32_MIN_SPLIT: another floor, for measurements), but no more than 64 splits
+    // while they would be shorter than 128 tokens: below that the CTAs are their fixed latency and
+    // the merge's cost grows with the count. On an H100 (bench/NOTES.md, fortieth session) the 7B
+    // geometry's best split count at 1K, 2K and 4K tokens was 64 each (7.15 / 9.15 / 11.7 µs,
+    // against 8.65 / 11.3 with 64-token splits at 1K / 2K and 14.6 with 128 splits at 4K).
+    static const int32_t env_min = env_int("MVLLM_ATTN_F32_MIN_SPLIT", 0);
+    const int32_t min_tokens = std::max({16, min_split_tokens, env_min});
+    constexpr int64_t kShortSplitMost = 64, kShortSplitTokens = 128;
     const int64_t base = static_cast<int64_t>(n_rows) * n_kv_heads * n_head_tiles;
     const int64_t want = ceil_div(4LL * std::max(n_sms, 1), std::max<int64_t>(base, 1));
-    const int64_t most = std::max<int64_t>(1, ceil_div(max_context, kMinSplitTokens));
+    const int64_t most = std::max<int64_t>(1, std::min(ceil_div(max_context, min_tokens),
+                                                       std::max(kShortSplitMost, ceil_div(max_context, kShortSplitTokens))));
     FusedSplit s;
     s.n_splits = static_cast<int32_t>(std::clamp<int64_t>(want, 1, most));
     s.split_tokens = static_cast<int32_t>(ceil_div(ceil_div(max_context, s.n_splits), 16) * 16);

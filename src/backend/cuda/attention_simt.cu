@@ -638,7 +638,8 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
                   bool batch_invariant) {
     const int32_t group = n_heads / kv.n_kv_heads;
     const int32_t n_tiles = (group + G - 1) / G;
-    const FusedSplit split = fused_split(batch.n_tokens, kv.n_kv_heads, n_tiles, batch.max_context, n_sms, batch_invariant);
+    const FusedSplit split = fused_split(batch.n_tokens, kv.n_kv_heads, n_tiles, batch.max_context, n_sms, batch_invariant,
+                                         kFusedWarps * FusedShape<HD, G>::T);
     float* part_o = nullptr;
     float* part_ml = nullptr;
     if (split.n_splits > 1) split_partials(scratch, batch.n_tokens, n_heads, split.n_splits, HD, &part_o, &part_ml);
