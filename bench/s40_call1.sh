@@ -10,15 +10,10 @@
 # 1. The attention tests (naive / grouped / fused parity against float64, F32PipelineGivesTheSameBits).
 # 2. B1's whole table (compare naive / grouped / fused with bench/results/h100/session39/call5/).
 # 3. B1 --quick without the F32 pipeline (its F32 rows against step 2's).
-set -u
-R=$OUT/r; mkdir -p $R bin
-trap 'tar czf "$OUT/r.tgz" -C "$OUT" r 2>/dev/null; rm -rf "$R"' EXIT
-mkdir -p /tmp/carried && tar xJf .carry/s40/lib.txz -C /tmp/carried && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/tmp/carried/lib
-for b in mvllm test_cuda; do xz -dc .carry/s40/$b.xz > bin/$b && chmod +x bin/$b; done
-nvidia-smi --query-gpu=name --format=csv,noheader
-timeout 150 bin/test_cuda --gtest_filter='CudaAttention.*' > $R/test_attention.log 2>&1
-echo "test rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/test_attention.log | tr '\n' ' ')"; grep -E "FAILED|Failure" $R/test_attention.log | head
+. bench/s40_common.sh
+s40_setup .carry/s40
+s40_tests 'CudaAttention.*'
 timeout 230 bin/mvllm bench attention --json-out $R/attn_b1.json > $R/attn_b1.log 2>&1; echo "B1 rc=$?"
 grep -E "^qwen" $R/attn_b1.log | awk -F'|' '{print $1 "|" $2}' | head -60
 MVLLM_ATTN_F32_PIPE=0 timeout 60 bin/mvllm bench attention --quick --json-out $R/attn_quick_pipe0.json > $R/attn_quick_pipe0.log 2>&1
-echo "F32 without the pipeline:"; grep -E "f32 " $R/attn_quick_pipe0.log | awk -F'|' '{print $1 "|" $2}'
+echo "F32 without the pipeline:"; f32rows $R/attn_quick_pipe0.log

@@ -1,0 +1,50 @@
+# Shared steps of the fortieth session's device calls (bench/s40_call*.sh, bench/NOTES.md): each
+# call sources this file from the repository root on the device, with $OUT set by the device tool.
+#   s40_setup DIR [OLD.xz]  unpack the carried runtime libraries and binaries of DIR (.carry/s40x:
+#                           lib.txz, mvllm.xz, test_cuda.xz if there) into bin/, an earlier mvllm as
+#                           bin/mvllm-old; results go to $R ($OUT/r, one r.tgz back at exit)
+#   s40_tests [FILTER]      test_cuda (a gtest filter optional)
+#   f32rows LOG             the F32 rows of a `bench attention` log (geometry ... | µs)
+#   s40_ncu_f32 CTX         ncu's full set of the F32 kernel in B1 (7B geometry first) at CTX
+#                           tokens: the stall samples per SASS instruction (CSV), details, summary
+#   s40_ncu_times [N]       the durations of the F32 kernel and its split merge at 4K under ncu
+#   s40_b1_anchor DIR       B1's whole table, then the torch anchor (DIR/attn_torch.py) on the card
+set -u
+R=$OUT/r
+s40_setup() {
+  mkdir -p "$R" bin
+  trap 'tar czf "$OUT/r.tgz" -C "$OUT" r 2>/dev/null; rm -rf "$R"' EXIT
+  mkdir -p /tmp/carried && tar xJf "$1/lib.txz" -C /tmp/carried && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/tmp/carried/lib
+  for b in mvllm test_cuda; do [ ! -f "$1/$b.xz" ] || { xz -dc "$1/$b.xz" > bin/$b && chmod +x bin/$b; }; done
+  [ -z "${2:-}" ] || { xz -dc "$2" > bin/mvllm-old && chmod +x bin/mvllm-old; }
+  nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+}
+s40_tests() {
+  local log=$R/test_cuda.log
+  [ -z "${1:-}" ] || log=$R/test_attention.log
+  timeout 200 bin/test_cuda ${1:+--gtest_filter=$1} > $log 2>&1
+  echo "test_cuda rc=$? $(grep -E '^\[  (PASSED|FAILED)' $log | tr '\n' ' ')"; grep -E "FAILED|Failure" $log | head -20
+}
+f32rows() { grep -E "^qwen.* f32 " "$1" | awk -F'|' '{print $1 "|" $2}'; }
+s40_ncu_f32() {
+  local t=ncu_f32_$1
+  timeout 120 ncu --clock-control none --kernel-name-base demangled -k "regex:fused_attention_kernel" \
+    --launch-skip 40 --launch-count 1 --set full -f -o $R/$t bin/mvllm bench attention --quick --contexts $1 \
+    --batches 1 > $R/$t.log 2>&1
+  echo "$t rc=$?"
+  ncu -i $R/$t.ncu-rep --page source --csv --print-source sass > $R/${t}_src.csv 2> $R/${t}_src.err
+  ncu -i $R/$t.ncu-rep --page details > $R/$t.txt 2>&1
+  grep -E "Duration|Registers Per|Warp Cycles Per Issued|Achieved Occupancy|Grid Size|DRAM Throughput|Issue Slots Busy|Dynamic Shared" $R/$t.txt | head -10
+  python3 bench/ncu_stalls.py $R/${t}_src.csv 12
+  rm -f $R/$t.ncu-rep
+}
+s40_ncu_times() {
+  timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum -k "regex:fused_attention|merge_splits" \
+    --launch-skip 40 --launch-count ${1:-4} bin/mvllm bench attention --quick --contexts 4096 --batches 1 > $R/ncu_f32_times.txt 2>&1
+  grep -E "fused_attention|merge_splits|gpu__time" $R/ncu_f32_times.txt | sed 's/(mvllm::cuda[^)]*)//' | cut -c1-100
+}
+s40_b1_anchor() {
+  timeout 230 bin/mvllm bench attention --json-out $R/attn_b1.json > $R/attn_b1.log 2>&1; echo "bench attention rc=$?"
+  f32rows $R/attn_b1.log
+  OUT=$R timeout 200 python3 "$1/attn_torch.py" > $R/attn_anchor.log 2>&1; echo "anchor rc=$?"; tail -3 $R/attn_anchor.log
+}
