@@ -234,8 +234,8 @@ __host__ __device__ constexpr int head_owner(int g) {
 // Reads: q (one row, the CTA's query heads), the row's K/V blocks in [split * split_tokens,
 // min(+split_tokens, positions[row] + 1)). Writes: out (n_splits == 1, normalised) or the split's
 // unnormalised partial o and its (max, sum) in base 2 (n_splits > 1).
-// Launch: grid (n_tokens, n_kv_heads * n_head_tiles, n_splits), 128 threads, fused_smem_bytes of
-// dynamic shared memory. A token's HD / 4 lanes (L) each hold 4 of its dims, so a row step covers
+// Launch: grid (n_tokens, n_kv_heads * n_head_tiles, n_splits), 128 threads, FusedShape::kSmemBytes
+// of dynamic shared memory. A token's HD / 4 lanes (L) each hold 4 of its dims, so a row step covers
 // 32 / L tokens (TPW); a warp takes tiles of kTileRows row steps (its tiles interleave with the
 // other warps'). Per tile: scores of the G query heads (partial dots, then reduce_scatter: each lane
 // ends up with the scores of NV heads), one online-softmax update per held head over the tile
@@ -277,7 +277,8 @@ __global__ void __launch_bounds__(kFusedWarps * 32, kFusedMinCtas)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = lane / L, dl = lane % L;
     const int hb = head_base<G, L>(dl);
-    // The lanes that hold their heads' scores unreduced-only-by-butterflies: one writer per head.
+    // One writer per held head: of the lanes that end with the same scores (they differ only in the
+    // butterfly levels' bits), the one whose bits are 0.
     const bool writer = dl == head_owner<G, L>(hb);
     float* const s_pc = s_dyn + (S::kPipeFloats > S::kAccFloats ? S::kPipeFloats : S::kAccFloats) +
                         (warp * TPW + sub) * (kTileRows + 1) * G;
