@@ -437,8 +437,8 @@ TEST(CudaAttention, SpreadSplitMergeGivesTheWarpMergesBits) {
     cuda::force_spread_merge(-1);
 }
 
-// The F32 cache's fused kernel with its copy pipeline (each lane's next steps copied into shared
-// memory ahead) against the same kernel loading each step's values when it starts it: the same
+// The F32 cache's fused kernel with its copy pipeline (each lane's next tiles copied into shared
+// memory ahead) against the same kernel loading each tile's values when it starts it: the same
 // bits (and both within the reference's tolerance, run_case's check), at head_dim 64 / 128 / 32 /
 // 16 and group 12 (two head tiles), over decode rows, a prefill chunk and one-split rows.
 TEST(CudaAttention, F32PipelineGivesTheSameBits) {

@@ -174,8 +174,8 @@ bool attention_folds_rope(CudaAttention variant, const DeviceBatch& batch, const
 // Tests: whether the F16/BF16 decode kernel takes its K/V tiles by tensor copies (TMA) where the
 // cache allows: 1 yes, 0 no (cp.async), -1 the default again (yes on sm_90, unless MVLLM_ATTN_TMA=0).
 void force_attention_tma(int mode);
-// Tests: whether the F32 cache's fused kernel copies its next steps' K/V into shared memory ahead
-// (attention_simt.cu): 1 yes, 0 no (each step loads its values itself), -1 the default again (yes,
+// Tests: whether the F32 cache's fused kernel copies its next tiles' K/V into shared memory ahead
+// (attention_simt.cu): 1 yes, 0 no (each tile loads its values itself), -1 the default again (yes,
 // unless MVLLM_ATTN_F32_PIPE=0).
 void force_f32_pipeline(int mode);
 

@@ -251,7 +251,7 @@ struct FusedShape {
         (static_cast<size_t>(kPipeFloats > kAccFloats ? kPipeFloats : kAccFloats) + kPFloats) * sizeof(float);
 };
 
-template <int HD, typename KT, int G, bool Pipe>
+template <int HD, int G, bool Pipe>
 __global__ void __launch_bounds__(kFusedWarps * 32, kFusedMinCtas)
     fused_attention_kernel(DeviceBatch batch, KvSource cache, const float* q, int32_t n_heads, float scale_log2,
                            int32_t split_tokens, int32_t n_splits, void* out, DType out_type, float* part_o,
@@ -633,7 +633,7 @@ void three_kernels(CudaAttention variant, const DeviceBatch& batch, const int64_
 }
 std::atomic<int> g_forced_f32_pipeline{-1};  // force_f32_pipeline
 
-template <int HD, typename KT, int G>
+template <int HD, int G>
 void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q, const TensorView& out,
                   int32_t n_heads, float scale, AttentionScratch& scratch, int32_t n_sms, cudaStream_t stream,
                   bool batch_invariant) {
@@ -653,12 +653,12 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
     static const bool pipe_env = env_int("MVLLM_ATTN_F32_PIPE", 1) != 0;
     const int forced = g_forced_f32_pipeline.load();
     const bool pipe = forced >= 0 ? forced != 0 : pipe_env;
-    auto* const kernel = pipe ? fused_attention_kernel<HD, KT, G, true> : fused_attention_kernel<HD, KT, G, false>;
+    auto* const kernel = pipe ? fused_attention_kernel<HD, G, true> : fused_attention_kernel<HD, G, false>;
     constexpr size_t kSmem = FusedShape<HD, G>::kSmemBytes;
     // Over the default 48 KB: opt in, once per instantiation; all of L1 as shared memory, so that
     // kFusedMinCtas CTAs fit an SM.
     static const bool sized = [] {
-        for (auto* k : {fused_attention_kernel<HD, KT, G, true>, fused_attention_kernel<HD, KT, G, false>}) {
+        for (auto* k : {fused_attention_kernel<HD, G, true>, fused_attention_kernel<HD, G, false>}) {
             MVLLM_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
             MVLLM_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
                                                   cudaSharedmemCarveoutMaxShared));
@@ -713,8 +713,8 @@ void launch_fused_f32(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
                       bool batch_invariant) {
     const bool small_group = n_heads / kv.n_kv_heads <= 4;  // the group's query heads held per CTA: 4 or 8
     auto go = [&]<int HD>() {
-        if (small_group) fused_launch<HD, float, 4>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant);
-        else fused_launch<HD, float, 8>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant);
+        if (small_group) fused_launch<HD, 4>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant);
+        else fused_launch<HD, 8>(batch, kv, q, out, n_heads, scale, scratch, n_sms, stream, batch_invariant);
     };
     switch (kv.head_dim) {
         case 16: return go.template operator()<16>();

@@ -261,7 +261,7 @@ void grow_device_buffer(void** ptr, size_t* have, size_t need, const char* what)
 bool pdl_enabled();
 // Which kernels load data no kernel writes before pdl_wait (MVLLM_EARLY_LOADS, default 7, for A/B
 // measurements): bit 1, the decode attention copies its first K/V tiles into shared memory (else
-// it prefetches them to L2); bit 2, the GEMV loads its first weights into registers (else after);
+// the F16/BF16 kernel prefetches them to L2 and the F32 kernel copies them after the wait); bit 2, the GEMV loads its first weights into registers (else after);
 // bit 4, an accumulating integer GEMV loads the value it adds to right after the wait (else in its
 // epilogue; the float and streaming GEMVs always load it early).
 constexpr int kEarlyAttention = 1, kEarlyGemv = 2, kEarlyResidual = 4;
