@@ -183,7 +183,14 @@ __global__ void pv_reduce_kernel(const float* partial, int32_t n_chunks, int32_t
 // ---- fused paged flash-decoding ----------------------------------------------------------------
 
 constexpr int kFusedWarps = 4;
-constexpr int kFusedMinCtas = 4;  // CTAs an SM the launch bound asks for (<= 128 registers)
+// Registers a thread of the fused kernel may use (four CTAs an SM take 128: all 65,536). At
+// head_dim <= 64, 120: four CTAs then leave room for a split-merge CTA (32 registers a thread),
+// which at 128 keeps one CTA of the next layer from becoming resident early (under PDL) on every
+// SM that holds one. On the H100 (bench/NOTES.md, forty-first session) 120 took the 0.5B geometry's
+// F32 rows at 2K / 4K from 6.7 / 7.7 to 6.1 / 6.7 µs, but the 7B's (head_dim 128) at 1K / 4K from
+// 7.2 / 11.6 to 8.1 / 12.0, so head_dim 128 keeps 128.
+template <int HD>
+constexpr int kFusedMaxRegs = HD <= 64 ? 120 : 128;
 constexpr int kVec = 4;           // head dims per lane: one 16-byte load (this kernel serves F32 KV only)
 constexpr int kTileRows = 4;      // row steps per tile: one online-softmax update per tile
 // Pipe: each lane copies its K/V values of the tiles kFusedStages - 1 ahead into shared memory
@@ -252,7 +259,7 @@ struct FusedShape {
 };
 
 template <int HD, int G, bool Pipe>
-__global__ void __launch_bounds__(kFusedWarps * 32, kFusedMinCtas)
+__global__ void __maxnreg__(kFusedMaxRegs<HD>)
     fused_attention_kernel(DeviceBatch batch, KvSource cache, const float* q, int32_t n_heads, float scale_log2,
                            int32_t split_tokens, int32_t n_splits, void* out, DType out_type, float* part_o,
                            float* part_ml, bool early_tiles) {
@@ -656,7 +663,7 @@ void fused_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tenso
     auto* const kernel = pipe ? fused_attention_kernel<HD, G, true> : fused_attention_kernel<HD, G, false>;
     constexpr size_t kSmem = FusedShape<HD, G>::kSmemBytes;
     // Over the default 48 KB: opt in, once per instantiation; all of L1 as shared memory, so that
-    // kFusedMinCtas CTAs fit an SM.
+    // four CTAs fit an SM.
     static const bool sized = [] {
         for (auto* k : {fused_attention_kernel<HD, G, true>, fused_attention_kernel<HD, G, false>}) {
             MVLLM_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
