@@ -9,6 +9,9 @@
 #                           tokens: the stall samples per SASS instruction (CSV), details, summary
 #   s40_ncu_times [N]       the durations of the F32 kernel and its split merge at 4K under ncu
 #   s40_b1_anchor DIR       B1's whole table, then the torch anchor (DIR/attn_torch.py) on the card
+#   quick_rows NAME BIN [ENV...]  `BIN bench attention --quick` at $QUICK_CONTEXTS (default
+#                           128,1024,4096,32768) with ENV set; log and JSON as $R/NAME.*; prints the
+#                           rows of KV types $QUICK_KV (a regex, default f32)
 set -u
 R=$OUT/r
 s40_setup() {
@@ -26,6 +29,12 @@ s40_tests() {
   echo "test_cuda rc=$? $(grep -E '^\[  (PASSED|FAILED)' $log | tr '\n' ' ')"; grep -E "FAILED|Failure" $log | head -20
 }
 f32rows() { grep -E "^qwen.* f32 " "$1" | awk -F'|' '{print $1 "|" $2}'; }
+quick_rows() {
+  local name=$1 bin=$2; shift 2
+  env "$@" timeout 100 $bin bench attention --quick --contexts ${QUICK_CONTEXTS:-128,1024,4096,32768} \
+    --json-out $R/$name.json > $R/$name.log 2>&1
+  echo "$name: $(grep -E "^qwen.* (${QUICK_KV:-f32}) " $R/$name.log | awk -F'|' '{print $1 "|" $2}' | tr '\n' ';' | tr -s ' ')"
+}
 s40_ncu_f32() {
   local t=ncu_f32_$1
   timeout 120 ncu --clock-control none --kernel-name-base demangled -k "regex:fused_attention_kernel" \

@@ -7,11 +7,7 @@
 s40_setup .carry/s41b .carry/s40h/mvllm.xz
 xz -dc .carry/s41a/mvllm.xz > bin/mvllm-fold && chmod +x bin/mvllm-fold
 s40_tests 'CudaAttention.*'
-q() {  # NAME BINARY [ENV...]: the quick rows at 128 / 1K / 4K / 32K tokens
-  local name=$1 bin=$2; shift 2
-  env "$@" timeout 100 $bin bench attention --quick --contexts 128,1024,4096,32768 --json-out $R/$name.json > $R/$name.log 2>&1
-  echo "$name: $(f32rows $R/$name.log | tr '\n' ';' | tr -s ' ')"
-}
+q() { quick_rows "$@"; }  # NAME BINARY [ENV...]
 for round in 1 2; do
   q ldcg_$round bin/mvllm
   q old_$round bin/mvllm-old

@@ -5,11 +5,7 @@
 . bench/s40_common.sh
 s40_setup .carry/s41d .carry/s40h/mvllm.xz
 s40_tests 'CudaAttention.*'
-q() {  # NAME BINARY [ENV...]: the quick rows at 128 / 1K / 4K / 32K tokens
-  local name=$1 bin=$2; shift 2
-  env "$@" timeout 100 $bin bench attention --quick --contexts 128,1024,4096,32768 --json-out $R/$name.json > $R/$name.log 2>&1
-  echo "$name: $(f32rows $R/$name.log | tr '\n' ';' | tr -s ' ')"
-}
+q() { quick_rows "$@"; }  # NAME BINARY [ENV...]
 for round in 1 2; do
   q old_$round bin/mvllm-old
   q staged_$round bin/mvllm

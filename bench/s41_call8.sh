@@ -6,11 +6,8 @@
 . bench/s40_common.sh
 s40_setup .carry/s41f
 s40_tests 'CudaBatchInvariance.*'
-q() {  # NAME [ENV...]: the quick rows at 1K / 4K / 32K tokens, F16 and BF16
-  local name=$1; shift
-  env "$@" timeout 100 bin/mvllm bench attention --quick --contexts 1024,4096,32768 --json-out $R/$name.json > $R/$name.log 2>&1
-  echo "$name: $(grep -E '^qwen.* (f16|bf16) ' $R/$name.log | awk -F'|' '{print $1 "|" $2}' | tr '\n' ';' | tr -s ' ')"
-}
+export QUICK_CONTEXTS=1024,4096,32768 QUICK_KV='f16|bf16'
+q() { local name=$1; shift; quick_rows $name bin/mvllm "$@"; }  # NAME [ENV...]
 for round in 1 2; do
   q default_$round
   q w4_$round MVLLM_ATTN_WARPS=4
