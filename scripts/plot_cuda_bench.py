@@ -73,7 +73,7 @@ def main():
 
 # Runs of the whole B1 table with the torch anchor in the same call (attn_b1.json, attn_anchor_torch.json).
 B1_RUNS = ['h100/session39/call5', 'h100/session40/call5', 'h100/session40/call7', 'h100/session40/call9',
-           'h200/session41/call3', 'h100/session41/call7']
+           'h200/session41/call3', 'h100/session41/call7', 'h100/session41/call11']
 
 
 def plot_b1(run):
