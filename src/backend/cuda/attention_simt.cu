@@ -533,6 +533,9 @@ __global__ void __maxnreg__(kFusedMaxRegs<HD>)
 // kMergeBatch = 0: no parts loaded ahead, eight in flight (the same bits). The parts ahead pay from
 // kMergeAheadMinSplits splits on (H100, sixth call of the fortieth session: 0.5B F32 at 16K, 256
 // splits, 15.2 -> 12.9 µs; with 64 splits or fewer they cost up to 1 µs: 7B at 4K 11.55 -> 12.28).
+// The likely cost is the footprint, not the loads: at 126 registers a thread a merge CTA takes an
+// attention CTA's share of an SM, so fewer of the next layer's CTAs are resident early (staging
+// the parts in 32 KB of shared memory instead lost the same way; forty-first session).
 // MVLLM_ATTN_F32_MERGE_BATCH=0|1 never / always loads them ahead, for measurements.
 constexpr int kMergeThreads = 128;
 constexpr int32_t kMergeAheadMinSplits = 128;
