@@ -69,6 +69,9 @@ def main():
     for run in B1_RUNS:
         if os.path.isdir(os.path.join(d, run)):
             plot_b1(os.path.join(d, run))
+    for run in SWEEP_RUNS:
+        if os.path.isdir(os.path.join(d, run)):
+            plot_b3(os.path.join(d, run), run.split('/')[0].upper())
 
 
 # Runs of the whole B1 table with the torch anchor in the same call (attn_b1.json, attn_anchor_torch.json).
@@ -97,6 +100,26 @@ def plot_b1(run):
          os.path.join(run, 'b1.svg'), vmax=150)
 
 
+# Folders holding one whole B2 / B3 / B5 sweep (bench/cuda_decode_sweep.sh) of one call: b3.svg there.
+SWEEP_RUNS = ['h100/session42/call3']
+
+
+def plot_b3(folder, card):
+    """B3: decode tok/s after each prompt length, from the folder's b3_*.json files."""
+    rows = []
+    for geo, label in [('qwen2.5-0.5b', '0.5B'), ('qwen2.5-7b', '7B')]:
+        for typ in ('q4_0', 'q4_k_m'):
+            for prompt in (128, 512, 1024, 2048, 4096, 16384, 32768):
+                p = os.path.join(folder, f'b3_{geo}_{typ}_p{prompt}.json')
+                if os.path.exists(p):  # the run's date beside each bar: the files may come from several sessions
+                    d = json.load(open(p))
+                    rows.append((f'{label} {typ}, prompt {prompt} ({d.get("date", "")[5:10]})', d['decode_tok_s_median'],
+                                 '#4a7bd0' if typ == 'q4_0' else '#e9a03b'))
+    if rows:
+        bars(f'B3 decode tok/s (127 steps) after a prompt, batch 1, F16 KV, {card}', rows, 'tok/s',
+             os.path.join(folder, 'b3.svg'))
+
+
 # llama.cpp on the same H200 (BENCHMARKS.md B4(a)), decode tok/s per batch size.
 LLAMA_B4 = {('q05', 1): 768, ('q05', 16): 4204, ('q05', 64): 10210, ('q05', 256): 17853,
             ('q7', 1): 348, ('q7', 16): 2200, ('q7', 64): 5055}
@@ -114,18 +137,7 @@ def plot_h200(h):
     if rows:
         bars('B4(a) decode tok/s, 512-token prompts, 256 generated, F16 KV, H200', rows, 'tok/s',
              os.path.join(h, 'b4a.svg'))
-    rows = []
-    for geo, label in [('qwen2.5-0.5b', '0.5B'), ('qwen2.5-7b', '7B')]:
-        for typ in ('q4_0', 'q4_k_m'):
-            for prompt in (128, 512, 1024, 2048, 4096, 16384, 32768):
-                p = os.path.join(h, f'b3_{geo}_{typ}_p{prompt}.json')
-                if os.path.exists(p):  # the run's date beside each bar: the files come from several sessions
-                    d = json.load(open(p))
-                    rows.append((f'{label} {typ}, prompt {prompt} ({d.get("date", "")[5:10]})', d['decode_tok_s_median'],
-                                 '#4a7bd0' if typ == 'q4_0' else '#e9a03b'))
-    if rows:
-        bars('B3 decode tok/s (127 steps) after a prompt, batch 1, F16 KV, H200', rows, 'tok/s',
-             os.path.join(h, 'b3.svg'))
+    plot_b3(h, 'H200')
 
     rows = []
     pre = os.path.join(h, 'prefill')
