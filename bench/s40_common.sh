@@ -12,6 +12,11 @@
 #   quick_rows NAME BIN [ENV...]  `BIN bench attention --quick` at $QUICK_CONTEXTS (default
 #                           128,1024,4096,32768) with ENV set; log and JSON as $R/NAME.*; prints the
 #                           rows of KV types $QUICK_KV (a regex, default f32)
+#   q4_models               make-model the q4_0 files of both geometries: $M5 (0.5B), $M7 (7B)
+#   dec NAME BIN MODEL PROMPT [ENV...]  batch-1 `BIN bench decode` (F16 KV, 127 steps, two runs)
+#                           after PROMPT tokens with ENV set; log and JSON as $R/NAME.*
+#   early_ab DIR            (session 42) test_cuda, then B1's quick rows of bin/mvllm-old, bin/mvllm
+#                           and bin/mvllm with MVLLM_ATTN_EARLY_ALL=0, two rounds
 set -u
 R=$OUT/r
 s40_setup() {
@@ -56,4 +61,26 @@ s40_b1_anchor() {
   timeout 230 bin/mvllm bench attention --json-out $R/attn_b1.json > $R/attn_b1.log 2>&1; echo "bench attention rc=$?"
   f32rows $R/attn_b1.log
   OUT=$R timeout 200 python3 "$1/attn_torch.py" > $R/attn_anchor.log 2>&1; echo "anchor rc=$?"; tail -3 $R/attn_anchor.log
+}
+M5=/tmp/mvllm-models/qwen2.5-0.5b-q4_0.gguf; M7=/tmp/mvllm-models/qwen2.5-7b-q4_0.gguf
+q4_models() {
+  mkdir -p /tmp/mvllm-models
+  timeout 100 bin/mvllm make-model $M5 --preset qwen2.5-0.5b --type q4_0 > /dev/null 2>&1
+  timeout 150 bin/mvllm make-model $M7 --preset qwen2.5-7b --type q4_0 > /dev/null 2>&1; echo "models rc=$?"
+}
+dec() {
+  local name=$1 bin=$2 m=$3 p=$4; shift 4
+  env "$@" timeout 60 $bin bench decode -m $m --device cuda --kv-dtype f16 --prompt-len $p -n 127 --repeat 2 \
+    --json-out $R/$name.json > $R/$name.log 2>&1
+  echo "$name: $(tail -n1 $R/$name.log | awk -F'|' '{print $3 "|" $10}')"
+}
+early_ab() {
+  s40_setup $1 $1/mvllm-old.xz
+  s40_tests
+  export QUICK_CONTEXTS=1024,2048,4096,16384,32768 QUICK_KV="f32|f16|bf16"
+  for round in 1 2; do
+    quick_rows old_$round bin/mvllm-old
+    quick_rows new_$round bin/mvllm
+    quick_rows new_all0_$round bin/mvllm MVLLM_ATTN_EARLY_ALL=0
+  done
 }

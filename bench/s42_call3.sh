@@ -17,18 +17,12 @@ for preset in qwen2.5-0.5b qwen2.5-7b; do
   head -40 $R/tl_$preset.txt
 done
 xz -dc .carry/s42c/mvllm-e1.xz > bin/mvllm-e1 && chmod +x bin/mvllm-e1
-dec() {  # NAME MODEL PROMPT [ENV...]
-  local name=$1 m=$2 p=$3; shift 3
-  env "$@" timeout 60 bin/mvllm-e1 bench decode -m $m --device cuda --kv-dtype f16 --prompt-len $p -n 127 --repeat 2 \
-    --json-out $R/$name.json > $R/$name.log 2>&1
-  echo "$name: $(tail -n1 $R/$name.log | awk -F'|' '{print $3 "|" $10}')"
-}
 for round in 1 2; do
   for p in 4096 32768; do
-    dec e2_05_${p}_$round $M/qwen2.5-0.5b-q4_0.gguf $p
-    dec e1_05_${p}_$round $M/qwen2.5-0.5b-q4_0.gguf $p MVLLM_ATTN_EARLY_TILES=1
+    dec e2_05_${p}_$round bin/mvllm-e1 $M5 $p
+    dec e1_05_${p}_$round bin/mvllm-e1 $M5 $p MVLLM_ATTN_EARLY_TILES=1
   done
-  dec e2_7_4096_$round $M/qwen2.5-7b-q4_0.gguf 4096
-  dec e1_7_4096_$round $M/qwen2.5-7b-q4_0.gguf 4096 MVLLM_ATTN_EARLY_TILES=1
+  dec e2_7_4096_$round bin/mvllm-e1 $M7 4096
+  dec e1_7_4096_$round bin/mvllm-e1 $M7 4096 MVLLM_ATTN_EARLY_TILES=1
 done
 RES=$R LOG=$R/sweeplog M=$M B=bin/mvllm timeout 360 bash bench/cuda_decode_sweep.sh
