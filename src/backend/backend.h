@@ -106,6 +106,15 @@ public:
         matmul(w_up, x, TensorView{}, up);
         silu_mul(gate, up, out);
     }
+    // q = RoPE(q) in place, RoPE(k) and v into the cache slots of the batch: the RoPE and K/V store
+    // of unfused projections (e.g. a Q4_K_M file's Q6_K V beside Q4_K Q and K). The default rotates
+    // k in place and stores it; a backend that fuses the steps may leave k as it was.
+    virtual void rope_qk_kv_store(const TensorView& q, const TensorView& k, const TensorView& v, int32_t n_heads,
+                                  int32_t n_kv_heads, const RopeParams& rope, KvCache& cache, int32_t layer) {
+        this->rope(q, n_heads, rope);
+        this->rope(k, n_kv_heads, rope);
+        kv_store(cache, layer, k, v);
+    }
     // True when the backend wants Q, K and V as one matrix (rows q, then k, then v; the q and k
     // rows of each head in RoPE pairs: row 2i is dim i, row 2i + 1 dim i + head_dim / 2) followed
     // by rope_kv_store instead of three matmuls, two RoPEs and kv_store.

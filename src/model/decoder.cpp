@@ -293,9 +293,7 @@ TensorView Decoder::run(const Batch& batch, KvCache& cache) {
                 be.matmul(w.wq, xn, w.bq, q);
                 be.matmul(w.wk, xn, w.bk, k);
                 be.matmul(w.wv, xn, w.bv, v);
-                be.rope(q, c.n_heads, rope);
-                be.rope(k, c.n_kv_heads, rope);
-                be.kv_store(cache, l, k, v);
+                be.rope_qk_kv_store(q, k, v, c.n_heads, c.n_kv_heads, rope, cache, l);
                 be.attention(cache, l, q, attn, c.n_heads, scale);
             }
             be.matmul_add(w.wo, attn, x, proj);

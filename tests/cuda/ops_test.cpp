@@ -498,6 +498,92 @@ TEST(CudaOps, QkvRopeGemvEqualsMatmulThenRopeKvStore) {
     }
 }
 
+// The unfused projections' RoPE and K/V store in one kernel (rope_qk_kv_store: what a Q4_K_M file,
+// whose V is Q6_K, runs) against the ops it replaces (rope of q, rope of k, kv_store) on the same
+// backend, and q against the CPU reference: both head geometries, decode and prefill row counts,
+// F16 and F32 caches, positions far into the context. The rotation rounds each product alone (no
+// fused multiply-add, as the fused QKV path and the CPU reference), so q and K may differ from the
+// separate kernels in the last bit; V is copied, so its bytes must match.
+TEST(CudaOps, RopeQkKvStoreEqualsRopeThenKvStore) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda();
+    ASSERT_TRUE(be);
+    ThreadPool pool(2);
+    struct Geometry {
+        int32_t n_heads, n_kv, hd;
+    };
+    uint64_t seed = 900;
+    for (const Geometry& geo : {Geometry{14, 2, 64}, Geometry{28, 4, 128}}) {
+        const int32_t n_heads = geo.n_heads, n_kv = geo.n_kv, hd = geo.hd, block = 16;
+        const int64_t q_dim = n_heads * hd, kv_dim = n_kv * hd;
+        std::vector<float> inv_freq(hd / 2);
+        for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / hd);
+        const RopeParams rope{inv_freq.data(), hd};
+        for (DType cache_type : {DType::F16, DType::F32}) {
+            KvCacheConfig kc;
+            kc.n_layers = 1;
+            kc.n_kv_heads = n_kv;
+            kc.head_dim = hd;
+            kc.block_size = block;
+            kc.n_blocks = 2400;  // positions up to 38K
+            kc.dtype = cache_type;
+            auto cache = be->create_kv_cache(kc);
+            ASSERT_TRUE(cache.is_ok()) << cache.status().message();
+            const size_t layer_bytes = (**cache).layer(0).offset(kc.n_blocks, 0, 0);
+            for (int32_t n_rows : {1, 3, 40}) {
+                SCOPED_TRACE(std::to_string(n_heads) + " / " + std::to_string(n_kv) + " heads of " + std::to_string(hd) +
+                             ", " + type_name(cache_type) + " cache, rows " + std::to_string(n_rows));
+                Batch batch;
+                batch.block_size = block;
+                for (int32_t r = 0; r < n_rows; ++r) {
+                    const int32_t pos = r == n_rows - 1 ? 37000 + r : 17 * r + 5;
+                    std::vector<int32_t> table;
+                    for (int32_t b = 0; b * block <= pos; ++b) table.push_back((b * 7 + r * 601) % kc.n_blocks);
+                    batch.add_sequence({0}, pos, table, true);
+                }
+                const std::vector<float> qv = random_floats(static_cast<size_t>(q_dim * n_rows), seed++);
+                const std::vector<float> kv = random_floats(static_cast<size_t>(kv_dim * n_rows), seed++);
+                const std::vector<float> vv = random_floats(static_cast<size_t>(kv_dim * n_rows), seed++);
+                std::vector<float> q_out[2];
+                std::vector<uint8_t> k_cache[2], v_cache[2];
+                for (int fused = 0; fused < 2; ++fused) {
+                    be->begin(batch);
+                    TensorView q = be->alloc(DType::F32, q_dim, n_rows), k = be->alloc(DType::F32, kv_dim, n_rows),
+                               v = be->alloc(DType::F32, kv_dim, n_rows);
+                    // Poison the rows' cache slots first: each path must write them all itself.
+                    const std::vector<float> poison(static_cast<size_t>(kv_dim * n_rows), -3.0f);
+                    be->upload(poison.data(), k);
+                    be->upload(poison.data(), v);
+                    be->kv_store(**cache, 0, k, v);
+                    be->upload(qv.data(), q);
+                    be->upload(kv.data(), k);
+                    be->upload(vv.data(), v);
+                    if (fused) be->rope_qk_kv_store(q, k, v, n_heads, n_kv, rope, **cache, 0);
+                    else be->Backend::rope_qk_kv_store(q, k, v, n_heads, n_kv, rope, **cache, 0);
+                    q_out[fused].resize(qv.size());
+                    be->to_host(q, q_out[fused].data());
+                    k_cache[fused].resize(layer_bytes);
+                    v_cache[fused].resize(layer_bytes);
+                    be->download_kv_layer(**cache, 0, k_cache[fused].data(), v_cache[fused].data());
+                }
+                std::vector<float> q_ref = qv;
+                cpu::rope(pool, host_view(DType::F32, q_dim, n_rows, q_ref.data()), n_heads, hd, batch.positions.data(),
+                          inv_freq.data());
+                EXPECT_LE(rel_max_error(q_out[1], q_ref), 1e-6) << "q against the CPU reference";
+                EXPECT_LE(rel_max_error(q_out[1], q_out[0]), 1e-6) << "q against rope";
+                const int64_t n_values = static_cast<int64_t>(layer_bytes / type_traits(cache_type).type_size);
+                const std::vector<float> k_one = decode_rows(cache_type, k_cache[1].data(), n_values, 1);
+                const std::vector<float> k_two = decode_rows(cache_type, k_cache[0].data(), n_values, 1);
+                EXPECT_LE(rel_max_error(k_one, k_two), cache_type == DType::F16 ? 1e-3 : 1e-6) << "K in the cache";
+                EXPECT_TRUE(v_cache[1] == v_cache[0]) << "V in the cache";
+                int64_t poisoned = 0;
+                for (float x : k_one) poisoned += x == -3.0f;
+                EXPECT_EQ(poisoned, 0) << "K slots left unwritten";
+            }
+        }
+    }
+}
+
 TEST(CudaOps, RefusesQ5K) {
     MVLLM_REQUIRE_GPU();
     auto be = make_cuda();

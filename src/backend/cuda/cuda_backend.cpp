@@ -467,6 +467,16 @@ void CudaBackend::kv_store(KvCache& cache, int32_t layer, const TensorView& k, c
     cuda::launch_kv_store(impl_->batch, device_layer(cache, layer), k, v, impl_->stream);
 }
 
+void CudaBackend::rope_qk_kv_store(const TensorView& q, const TensorView& k, const TensorView& v, int32_t n_heads,
+                                   int32_t n_kv_heads, const RopeParams& rope, KvCache& cache, int32_t layer) {
+    Impl& im = *impl_;
+    im.wrote(q);
+    im.set_inv_freq(rope);
+    const cuda::DeviceKvLayer kv = device_layer(cache, layer);
+    MVLLM_CHECK(kv.n_kv_heads == n_kv_heads && kv.head_dim == rope.head_dim) << "rope_qk_kv_store geometry";
+    cuda::launch_rope_qk_kv_store(im.batch, kv, q, k, v, n_heads, im.inv_freq, im.stream);
+}
+
 void CudaBackend::rope_kv_store(const TensorView& qkv, const TensorView& bias, int32_t n_heads, int32_t n_kv_heads,
                                 const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) {
     Impl& im = *impl_;

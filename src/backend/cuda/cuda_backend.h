@@ -109,6 +109,9 @@ public:
     void matmul_add(const TensorView& w, const TensorView& x, const TensorView& acc, const TensorView& scratch) override;
     void matmul_swiglu(const TensorView& w_gate, const TensorView& w_up, const TensorView& x, const TensorView& out,
                        const TensorView& scratch) override;
+    // The unfused projections' RoPE and K/V store in one kernel (rope_kv_store's, reading q, k, v).
+    void rope_qk_kv_store(const TensorView& q, const TensorView& k, const TensorView& v, int32_t n_heads,
+                          int32_t n_kv_heads, const RopeParams& rope, KvCache& cache, int32_t layer) override;
     bool fuses_qkv() const override { return true; }
     void rope_kv_store(const TensorView& qkv, const TensorView& bias, int32_t n_heads, int32_t n_kv_heads,
                        const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) override;

@@ -393,13 +393,47 @@ __global__ void draw_finish_kernel(const double* part_score, const int32_t* part
     keys[row] = 0;
 }
 
-// Reads qkv row blockIdx.x ([q_dim | kv_dim | kv_dim] f32, q and k rows in RoPE pairs, rope.cuh)
-// and bias (the same width and order, or null: added first, as a matmul with bias would). Writes
-// q (rotated) and the row's cache slot: K (rotated) and V. The row's head_dim / 2 (cos, sin) pairs
-// are computed once per CTA into shared memory, then every head uses them. Grid (n_tokens, CTAs
-// per row), 256 threads; head_dim <= 2 * kMaxRopePairs.
+// Where rope_kv_store_kernel reads a token's projections. FusedQkvRows: one qkv row ([q_dim |
+// kv_dim | kv_dim] f32, q and k rows in RoPE pairs, rope.cuh) plus bias (the same width and order,
+// or null: added first, as a matmul with bias would). SplitQkvRows: separate q, k, v rows in head-dim
+// order (unfused projections, no bias). pair(row, idx): the pair (dim i, dim i + half) of q / k
+// head idx / half (q heads first), i = idx % half; v(row, idx): value idx of the row's v part.
+struct FusedQkvRows {
+    const float* qkv;
+    const float* bias;
+    int32_t width, v_offset;  // q_dim + 2 kv_dim; q_dim + kv_dim
+    __device__ __forceinline__ float2 pair(int row, int32_t idx, int32_t) const {
+        const float* src = qkv + static_cast<int64_t>(row) * width;
+        const int64_t c = 2 * static_cast<int64_t>(idx);  // the pair's rows
+        return bias ? make_float2(src[c] + bias[c], src[c + 1] + bias[c + 1]) : make_float2(src[c], src[c + 1]);
+    }
+    __device__ __forceinline__ float v(int row, int32_t idx) const {
+        const int64_t c = v_offset + idx;
+        const float x = qkv[static_cast<int64_t>(row) * width + c];
+        return bias ? x + bias[c] : x;
+    }
+};
+struct SplitQkvRows {
+    const float *q, *k, *v_rows;
+    int32_t n_heads, n_kv_heads, head_dim;
+    __device__ __forceinline__ float2 pair(int row, int32_t idx, int32_t half) const {
+        const int32_t h = idx / half, i = idx % half;
+        const float* src = h < n_heads ? q + (static_cast<int64_t>(row) * n_heads + h) * head_dim
+                                       : k + (static_cast<int64_t>(row) * n_kv_heads + h - n_heads) * head_dim;
+        return make_float2(src[i], src[i + half]);
+    }
+    __device__ __forceinline__ float v(int row, int32_t idx) const {
+        return v_rows[static_cast<int64_t>(row) * n_kv_heads * head_dim + idx];
+    }
+};
+
+// Reads a token's projections (Rows, above). Writes q (rotated) and the row's cache slot: K
+// (rotated) and V. The row's head_dim / 2 (cos, sin) pairs are computed once per CTA into shared
+// memory, then every head uses them. Grid (n_tokens, CTAs per row), 256 threads; head_dim <= 2 *
+// kMaxRopePairs.
 constexpr int kMaxRopePairs = 128;
-__global__ void rope_kv_store_kernel(const float* qkv, const float* bias, QkvRopeOut out) {
+template <typename Rows>
+__global__ void rope_kv_store_kernel(Rows rows, QkvRopeOut out) {
     // The rotation depends only on the step's metadata (uploaded before the first kernel), so its
     // double-precision sincos runs while the QKV matmul before this kernel drains.
     pdl_trigger();
@@ -407,7 +441,6 @@ __global__ void rope_kv_store_kernel(const float* qkv, const float* bias, QkvRop
     const int32_t half = out.head_dim / 2;
     const int32_t q_dim = out.n_heads * out.head_dim, kv_dim = out.n_kv_heads * out.head_dim;
     const int row = static_cast<int>(blockIdx.x);
-    const float* src = qkv + static_cast<int64_t>(row) * (q_dim + 2 * kv_dim);
     for (int32_t i = threadIdx.x; i < half; i += blockDim.x) rot[i] = rope_cos_sin(out.positions[row], out.inv_freq[i]);
     const int64_t slot = out.slot_mapping[row];
     __syncthreads();
@@ -416,15 +449,14 @@ __global__ void rope_kv_store_kernel(const float* qkv, const float* bias, QkvRop
     // share its work (a decode step has few rows).
     const int32_t first = blockIdx.y * blockDim.x + threadIdx.x, stride = blockDim.x * gridDim.y;
     for (int32_t idx = first; idx < (out.n_heads + out.n_kv_heads) * half; idx += stride) {
-        const int64_t c = 2 * static_cast<int64_t>(idx);  // the pair's rows: head idx / half, pair idx % half
-        const float x0 = bias ? src[c] + bias[c] : src[c];
-        const float x1 = bias ? src[c + 1] + bias[c + 1] : src[c + 1];
-        out.store_rotated(c, row, slot, rope_rotate(x0, x1, rot[idx % half]));
+        const float2 x = rows.pair(row, idx, half);
+        out.store_rotated(2 * static_cast<int64_t>(idx), row, slot, rope_rotate(x.x, x.y, rot[idx % half]));
     }
-    for (int32_t idx = first; idx < kv_dim; idx += stride) {
-        const int64_t c = q_dim + kv_dim + idx;
-        out.store_v(c, slot, bias ? src[c] + bias[c] : src[c]);
-    }
+    for (int32_t idx = first; idx < kv_dim; idx += stride) out.store_v(q_dim + kv_dim + idx, slot, rows.v(row, idx));
+}
+// rope_kv_store_kernel's grid: a row per token, spread over 4 CTAs while the batch is small.
+dim3 rope_kv_store_grid(const DeviceBatch& batch) {
+    return dim3(static_cast<unsigned>(batch.n_tokens), batch.n_tokens < 512 ? 4u : 1u);
 }
 
 // Reads k, v rows of token blockIdx.x; writes them to the token's cache slot.
@@ -681,9 +713,27 @@ void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, con
     MVLLM_CHECK(!bias.data || (bias.type == DType::F32 && bias.ne[0] == qkv.ne[0])) << "rope_kv_store bias";
     if (batch.n_tokens == 0) return;
     MVLLM_CHECK(kv.head_dim <= 2 * kMaxRopePairs) << "rope_kv_store head_dim " << kv.head_dim;
-    const dim3 grid(static_cast<unsigned>(batch.n_tokens), batch.n_tokens < 512 ? 4u : 1u);
-    launch_pdl(rope_kv_store_kernel, grid, 256, 0, stream, static_cast<const float*>(qkv.data),
-               static_cast<const float*>(bias.data), qkv_rope_out(batch, kv, n_heads, inv_freq, q));
+    const FusedQkvRows rows{static_cast<const float*>(qkv.data), static_cast<const float*>(bias.data),
+                            static_cast<int32_t>(q_dim + 2 * kv_dim), static_cast<int32_t>(q_dim + kv_dim)};
+    launch_pdl(rope_kv_store_kernel<FusedQkvRows>, rope_kv_store_grid(batch), 256, 0, stream, rows,
+               qkv_rope_out(batch, kv, n_heads, inv_freq, q));
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_rope_qk_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q,
+                             const TensorView& k, const TensorView& v, int32_t n_heads, const float* inv_freq,
+                             cudaStream_t stream) {
+    const int64_t q_dim = static_cast<int64_t>(n_heads) * kv.head_dim, kv_dim = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
+    MVLLM_CHECK(q.type == DType::F32 && k.type == DType::F32 && v.type == DType::F32 && q.ne[0] == q_dim &&
+                k.ne[0] == kv_dim && v.ne[0] == kv_dim && q.ne[1] == batch.n_tokens && k.ne[1] == batch.n_tokens &&
+                v.ne[1] == batch.n_tokens)
+        << "rope_qk_kv_store shapes";
+    if (batch.n_tokens == 0) return;
+    MVLLM_CHECK(kv.head_dim <= 2 * kMaxRopePairs) << "rope_qk_kv_store head_dim " << kv.head_dim;
+    const SplitQkvRows rows{static_cast<const float*>(q.data), static_cast<const float*>(k.data),
+                            static_cast<const float*>(v.data), n_heads, kv.n_kv_heads, kv.head_dim};
+    launch_pdl(rope_kv_store_kernel<SplitQkvRows>, rope_kv_store_grid(batch), 256, 0, stream, rows,
+               qkv_rope_out(batch, kv, n_heads, inv_freq, q));
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

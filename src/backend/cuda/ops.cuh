@@ -109,6 +109,12 @@ void launch_target_logprob(const TensorView& x, const int32_t* targets, const in
 void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& qkv,
                           const TensorView& bias, int32_t n_heads, const float* inv_freq, const TensorView& q,
                           cudaStream_t stream);
+// The same from the unfused projections q [n_tokens][q_dim], k and v [n_tokens][kv_dim] f32 (head-dim
+// order, no bias): q rotated in place, RoPE(k) and v written to the tokens' cache slots (k itself
+// is left as it was).
+void launch_rope_qk_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& q,
+                             const TensorView& k, const TensorView& v, int32_t n_heads, const float* inv_freq,
+                             cudaStream_t stream);
 // Writes K and V rows ([n_tokens][n_kv_heads * head_dim], F32/F16/BF16) into the cache slots.
 void launch_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& k,
                      const TensorView& v, cudaStream_t stream);
