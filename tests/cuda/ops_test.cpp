@@ -420,6 +420,32 @@ TEST(CudaOps, FusedMatmulsMatchReference) {
     }
 }
 
+// A one-layer cache of 2,400 blocks (room for scattered_rows' positions up to 38K).
+KvCacheConfig one_layer_cache(int32_t n_kv_heads, int32_t head_dim, int32_t block, DType type) {
+    KvCacheConfig kc;
+    kc.n_layers = 1;
+    kc.n_kv_heads = n_kv_heads;
+    kc.head_dim = head_dim;
+    kc.block_size = block;
+    kc.n_blocks = 2400;
+    kc.dtype = type;
+    return kc;
+}
+
+// One sequence per row, at scattered positions (the last far into the context, up to 38K: the
+// rotation's angle in double) with shuffled block tables over a cache of n_blocks blocks.
+Batch scattered_rows(int32_t n_rows, int32_t block, int64_t n_blocks) {
+    Batch batch;
+    batch.block_size = block;
+    for (int32_t r = 0; r < n_rows; ++r) {
+        const int32_t pos = r == n_rows - 1 ? 37000 + r : 17 * r + 5;
+        std::vector<int32_t> table;
+        for (int32_t b = 0; b * block <= pos; ++b) table.push_back(static_cast<int32_t>((b * 7 + r * 601) % n_blocks));
+        batch.add_sequence({0}, pos, table, true);
+    }
+    return batch;
+}
+
 // The fused QKV projection with RoPE and the K/V store in the GEMV's epilogue (1..4 rows) gives
 // the bits of the two-kernel path (the matmul, then rope_kv_store): q and the cache, for every
 // quantised type, the 0.5B head geometry (14 / 2 heads of 64) and the 7B one (28 / 4 heads of 128,
@@ -440,13 +466,7 @@ TEST(CudaOps, QkvRopeGemvEqualsMatmulThenRopeKvStore) {
         std::vector<float> inv_freq(hd / 2);
         for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / hd);
         const RopeParams rope{inv_freq.data(), hd};
-        KvCacheConfig kc;
-        kc.n_layers = 1;
-        kc.n_kv_heads = n_kv;
-        kc.head_dim = hd;
-        kc.block_size = block;
-        kc.n_blocks = 2400;  // positions up to 38K
-        kc.dtype = DType::F16;
+        const KvCacheConfig kc = one_layer_cache(n_kv, hd, block, DType::F16);
         auto cache = be->create_kv_cache(kc);
         ASSERT_TRUE(cache.is_ok()) << cache.status().message();
         const size_t half_bytes = (**cache).layer(0).offset(kc.n_blocks, 0, 0);
@@ -459,15 +479,7 @@ TEST(CudaOps, QkvRopeGemvEqualsMatmulThenRopeKvStore) {
             ASSERT_TRUE(w.is_ok() && bias.is_ok());
             for (int32_t n_rows : {1, 2, 3, 4}) {
                 for (bool with_bias : {false, true}) {
-                    // One sequence per row, at scattered positions (the last far into the context).
-                    Batch batch;
-                    batch.block_size = block;
-                    for (int32_t r = 0; r < n_rows; ++r) {
-                        const int32_t pos = r == n_rows - 1 ? 37000 + r : 17 * r + 5;
-                        std::vector<int32_t> table;
-                        for (int32_t b = 0; b * block <= pos; ++b) table.push_back((b * 7 + r * 601) % kc.n_blocks);
-                        batch.add_sequence({0}, pos, table, true);
-                    }
+                    const Batch batch = scattered_rows(n_rows, block, kc.n_blocks);
                     const std::vector<float> xv = random_floats(static_cast<size_t>(n_in * n_rows), seed++);
                     std::vector<float> q_two(static_cast<size_t>(q_dim * n_rows)), q_one(q_two.size());
                     std::vector<uint8_t> k_two(half_bytes), v_two(half_bytes), k_one(half_bytes), v_one(half_bytes);
@@ -520,27 +532,14 @@ TEST(CudaOps, RopeQkKvStoreEqualsRopeThenKvStore) {
         for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / hd);
         const RopeParams rope{inv_freq.data(), hd};
         for (DType cache_type : {DType::F16, DType::F32}) {
-            KvCacheConfig kc;
-            kc.n_layers = 1;
-            kc.n_kv_heads = n_kv;
-            kc.head_dim = hd;
-            kc.block_size = block;
-            kc.n_blocks = 2400;  // positions up to 38K
-            kc.dtype = cache_type;
+            const KvCacheConfig kc = one_layer_cache(n_kv, hd, block, cache_type);
             auto cache = be->create_kv_cache(kc);
             ASSERT_TRUE(cache.is_ok()) << cache.status().message();
             const size_t layer_bytes = (**cache).layer(0).offset(kc.n_blocks, 0, 0);
             for (int32_t n_rows : {1, 3, 40}) {
                 SCOPED_TRACE(std::to_string(n_heads) + " / " + std::to_string(n_kv) + " heads of " + std::to_string(hd) +
                              ", " + type_name(cache_type) + " cache, rows " + std::to_string(n_rows));
-                Batch batch;
-                batch.block_size = block;
-                for (int32_t r = 0; r < n_rows; ++r) {
-                    const int32_t pos = r == n_rows - 1 ? 37000 + r : 17 * r + 5;
-                    std::vector<int32_t> table;
-                    for (int32_t b = 0; b * block <= pos; ++b) table.push_back((b * 7 + r * 601) % kc.n_blocks);
-                    batch.add_sequence({0}, pos, table, true);
-                }
+                const Batch batch = scattered_rows(n_rows, block, kc.n_blocks);
                 const std::vector<float> qv = random_floats(static_cast<size_t>(q_dim * n_rows), seed++);
                 const std::vector<float> kv = random_floats(static_cast<size_t>(kv_dim * n_rows), seed++);
                 const std::vector<float> vv = random_floats(static_cast<size_t>(kv_dim * n_rows), seed++);
