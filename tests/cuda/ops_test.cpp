@@ -13,6 +13,7 @@
 #include "backend/cuda/gemm_tiles.cuh"
 #include "backend/cuda/gemv_stream.cuh"
 #include "backend/cuda/matmul.cuh"
+#include "backend/cuda/weight_layout.h"
 #include "core/half.h"
 #include "core/race.h"
 #include "model/generate.h"
@@ -23,6 +24,31 @@ namespace {
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The device layout of quantised weights (weight_layout.h; host code, runs without a GPU): split
+// then joined gives the GGUF bytes back, and Q4_K's planes hold what the header comment says.
+TEST(WeightLayout, SplitThenJoinRestoresTheGgufBytes) {
+    std::mt19937 rng(44);
+    for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+        const int64_t n_values = 512, n_rows = 3;
+        std::vector<uint8_t> gguf(row_size(type, n_values) * n_rows), split(gguf.size()), back(gguf.size());
+        for (auto& b : gguf) b = static_cast<uint8_t>(rng());
+        cuda::split_rows(type, gguf.data(), split.data(), n_values, n_rows);
+        EXPECT_NE(split, gguf) << type_name(type);
+        cuda::join_rows(type, split.data(), back.data(), n_values, n_rows);
+        EXPECT_EQ(back, gguf) << type_name(type);
+        if (type != DType::Q4_K) continue;
+        const int64_t n_blocks = n_values / 256 * n_rows;
+        for (int64_t b = 0; b < n_blocks; ++b) {
+            const uint8_t* block = gguf.data() + 144 * b;
+            EXPECT_EQ(std::memcmp(split.data() + 128 * n_blocks + 16 * b, block, 16), 0) << "scale record " << b;
+            for (int g = 0; g < 4; ++g)
+                for (int h = 0; h < 2; ++h)
+                    EXPECT_EQ(std::memcmp(split.data() + 128 * b + 16 * g + 64 * h, block + 16 + 32 * g + 16 * h, 16), 0)
+                        << "block " << b << " group " << g << " half " << h;
+        }
+    }
 }
 
 struct Shape {

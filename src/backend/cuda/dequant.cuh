@@ -1,7 +1,8 @@
 // Device dequantisation of GGUF blocks, 32 values at a time (a "chunk"), in the device layout of
-// weight_layout.h (Q4_0, Q8_0, Q6_K split into a 16-byte aligned body plane and an f16 scale
-// plane). Q8_0 and Q4_0 blocks are one chunk; Q4_K and Q6_K super-blocks of 256 values are eight.
-// Block layouts: core/types.h. Device helpers only.
+// weight_layout.h (every quantised type split into a 16-byte aligned body plane and a plane of
+// scale records: the f16 d, or Q4_K's 16-byte d, dmin, scales[12]). Q8_0 and Q4_0 blocks are one
+// chunk; Q4_K and Q6_K super-blocks of 256 values are eight. Block layouts: core/types.h. Device
+// helpers only.
 #pragma once
 
 #include "backend/cuda/common.cuh"
@@ -15,14 +16,14 @@ __device__ __forceinline__ float load_half_bits(const uint8_t* p) {
 }
 
 template <DType T> struct QuantTraits;
-// kBody: bytes of one block in the body plane (weight_layout.h); kSplit: d lives in the scale plane.
-template <> struct QuantTraits<DType::Q8_0> { static constexpr int kBytes = 34, kValues = 32, kBody = 32; static constexpr bool kSplit = true; };
-template <> struct QuantTraits<DType::Q4_0> { static constexpr int kBytes = 18, kValues = 32, kBody = 16; static constexpr bool kSplit = true; };
-template <> struct QuantTraits<DType::Q4_K> { static constexpr int kBytes = 144, kValues = 256, kBody = 144; static constexpr bool kSplit = false; };
-template <> struct QuantTraits<DType::Q6_K> { static constexpr int kBytes = 210, kValues = 256, kBody = 208; static constexpr bool kSplit = true; };
+// kBody: bytes of one block in the body plane, kScale: in the scale plane (weight_layout.h).
+template <> struct QuantTraits<DType::Q8_0> { static constexpr int kBytes = 34, kValues = 32, kBody = 32, kScale = 2; };
+template <> struct QuantTraits<DType::Q4_0> { static constexpr int kBytes = 18, kValues = 32, kBody = 16, kScale = 2; };
+template <> struct QuantTraits<DType::Q4_K> { static constexpr int kBytes = 144, kValues = 256, kBody = 128, kScale = 16; };
+template <> struct QuantTraits<DType::Q6_K> { static constexpr int kBytes = 210, kValues = 256, kBody = 208, kScale = 2; };
 
 // A quantised matrix as uploaded (weight_layout.h): block i of the matrix (row-major block order)
-// has its body at body + i * kBody and, for split types, its f16 d at scales + 2 * i.
+// has its body at body + i * kBody and its scale record at scales + i * kScale.
 struct QuantMatrix {
     const uint8_t* body = nullptr;
     const uint8_t* scales = nullptr;
@@ -35,7 +36,7 @@ __host__ __device__ inline QuantMatrix quant_matrix(const void* data, int64_t n_
     QuantMatrix m;
     m.body = static_cast<const uint8_t*>(data);
     m.blocks_per_row = n_values / QuantTraits<T>::kValues;
-    m.scales = QuantTraits<T>::kSplit ? m.body + m.blocks_per_row * n_rows * QuantTraits<T>::kBody : nullptr;
+    m.scales = m.body + m.blocks_per_row * n_rows * QuantTraits<T>::kBody;
     return m;
 }
 
@@ -73,11 +74,12 @@ __device__ __forceinline__ void dequant_chunk<DType::Q4_0>(const QuantMatrix& m,
 template <>
 __device__ __forceinline__ void dequant_chunk<DType::Q4_K>(const QuantMatrix& m, int64_t row, int64_t c,
                                                            float (&w)[kChunk]) {
-    const uint8_t* b = m.body + (row * m.blocks_per_row + (c >> 3)) * 144;  // 16-byte aligned
+    const int64_t i = row * m.blocks_per_row + (c >> 3);
+    const uint8_t* head = m.scales + i * 16;  // d, dmin, scales[12]
     const int j = static_cast<int>(c & 7);    // sub-block
-    const float d = load_half_bits(b);
-    const float dmin = load_half_bits(b + 2);
-    const uint8_t* s = b + 4;
+    const float d = load_half_bits(head);
+    const float dmin = load_half_bits(head + 2);
+    const uint8_t* s = head + 4;
     int sc, mn;
     if (j < 4) {
         sc = s[j] & 63;
@@ -87,9 +89,10 @@ __device__ __forceinline__ void dequant_chunk<DType::Q4_K>(const QuantMatrix& m,
         mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
     const float d1 = d * sc, m1 = dmin * mn;
-    // Sub-blocks 2g and 2g+1 share qs[32g .. 32g+31]: low then high nibbles.
-    const uint4* qs = reinterpret_cast<const uint4*>(b + 16 + 32 * (j >> 1));
-    const uint4 v0 = qs[0], v1 = qs[1];
+    // Sub-blocks 2g and 2g+1 share the 32 bytes of group g (low then high nibbles), whose two
+    // halves the device body keeps 64 bytes apart (weight_layout.h).
+    const uint8_t* b = m.body + i * 128 + 16 * (j >> 1);
+    const uint4 v0 = *reinterpret_cast<const uint4*>(b), v1 = *reinterpret_cast<const uint4*>(b + 64);
     const uint32_t words[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
     const int shift = (j & 1) * 4;
 #pragma unroll

@@ -139,8 +139,10 @@ struct Item<DType::Q8_0> {
     }
 };
 
-// Q4_K: two sub-blocks (2g, 2g + 1) of a super-block: its 16-byte header (d, dmin, 12 bytes of
-// 6-bit scales and mins) and the 32 bytes of nibbles they share (2g low, 2g + 1 high).
+// Q4_K: two sub-blocks (2g, 2g + 1) of a super-block: its 16-byte scale record (d, dmin, 12 bytes
+// of 6-bit scales and mins; shared by the super-block's 4 lanes) and the 32 bytes of nibbles the
+// two sub-blocks share (2g low, 2g + 1 high), whose halves the device body keeps 64 bytes apart:
+// the 4 lanes of a super-block read its 128-byte body line with each of their two loads.
 template <>
 struct Item<DType::Q4_K> {
     static constexpr int kValues = 64, kParts = 2;  // part p: sub-block 2g + p
@@ -148,23 +150,23 @@ struct Item<DType::Q4_K> {
     uint4 head, q0, q1;
     int g;
     __device__ __forceinline__ void load(const QuantMatrix& m, int64_t row, int64_t it) {
-        const uint8_t* b = m.body + (row * m.blocks_per_row + (it >> 2)) * 144;
+        const int64_t i = row * m.blocks_per_row + (it >> 2);
         g = static_cast<int>(it & 3);
-        head = __ldg(reinterpret_cast<const uint4*>(b));  // shared by the super-block's 4 lanes: via L1
-        q0 = load_weight16(b + 16 + 32 * g);
-        q1 = load_weight16(b + 32 + 32 * g);
+        head = __ldg(reinterpret_cast<const uint4*>(m.scales + i * 16));  // via L1
+        q0 = load_weight16(m.body + i * 128 + 16 * g);
+        q1 = load_weight16(m.body + i * 128 + 64 + 16 * g);
     }
-    __device__ __forceinline__ void load_shared(uint32_t body, uint32_t, int it) {
-        const uint32_t b = body + (it >> 2) * 144;
+    __device__ __forceinline__ void load_shared(uint32_t body, uint32_t scales, int it) {
+        const uint32_t b = body + (it >> 2) * 128;
         g = it & 3;
-        head = lds16(b);
-        q0 = lds16(b + 16 + 32 * g);
-        q1 = lds16(b + 32 + 32 * g);
+        head = lds16(scales + (it >> 2) * 16);
+        q0 = lds16(b + 16 * g);
+        q1 = lds16(b + 64 + 16 * g);
     }
     static __device__ __forceinline__ void prefetch(const QuantMatrix& m, int64_t row, int64_t it) {
-        const uint8_t* b = m.body + (row * m.blocks_per_row + (it >> 2)) * 144;
-        prefetch_l2(b);
-        prefetch_l2(b + 16 + 32 * (it & 3));
+        const int64_t i = row * m.blocks_per_row + (it >> 2);
+        prefetch_l2(m.body + i * 128);
+        prefetch_l2(m.scales + i * 16);
     }
     static __device__ __forceinline__ X load_x(const QxView& x, int t, int64_t it, int p) {
         return load_x_block(x, t, (it >> 2) * 8 + 2 * (it & 3) + p);

@@ -8,6 +8,7 @@
 #include "backend/cuda/env.h"
 #include "backend/cuda/gemv_items.cuh"
 #include "backend/cuda/mma_ptx.cuh"
+#include "backend/cuda/weight_layout.h"
 
 namespace mvllm::cuda {
 namespace {
@@ -38,16 +39,17 @@ constexpr int64_t kMaxPartialBytes = 16 << 10;      // per-row partial sums of o
 constexpr int64_t kMinWeightBytes = int64_t{8} << 20;  // smaller matrices keep the register GEMV
 constexpr double kMaxImbalance = 1.06;              // most passes of a CTA over the mean
 
+// The device layout of a weight type (weight_layout.h) and the values of one lane's item.
 struct TypeInfo {
-    int block_values = 0, body_bytes = 0, item_values = 0;
-    bool split = false;
+    SplitLayout layout;
+    int item_values = 0;
 };
 TypeInfo type_info(DType t) {
     switch (t) {
-        case DType::Q4_0: return {32, 16, Item<DType::Q4_0>::kValues, true};
-        case DType::Q8_0: return {32, 32, Item<DType::Q8_0>::kValues, true};
-        case DType::Q4_K: return {256, 144, Item<DType::Q4_K>::kValues, false};
-        case DType::Q6_K: return {256, 208, Item<DType::Q6_K>::kValues, true};
+        case DType::Q4_0: return {split_layout(t), Item<DType::Q4_0>::kValues};
+        case DType::Q8_0: return {split_layout(t), Item<DType::Q8_0>::kValues};
+        case DType::Q4_K: return {split_layout(t), Item<DType::Q4_K>::kValues};
+        case DType::Q6_K: return {split_layout(t), Item<DType::Q6_K>::kValues};
         default: return {};
     }
 }
@@ -85,7 +87,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) gemv_stream_kernel(Strea
     const int64_t row_begin = u0 * upp, n_rows = (u1 - u0) * upp;
     const int rs = a.rows_per_stage, n_st = static_cast<int>((n_rows + rs - 1) / rs);
     const int64_t bpr = a.w[0].blocks_per_row;
-    const uint32_t row_body = static_cast<uint32_t>(bpr * Q::kBody), row_scale = Q::kSplit ? static_cast<uint32_t>(bpr * 2) : 0;
+    const uint32_t row_body = static_cast<uint32_t>(bpr * Q::kBody), row_scale = static_cast<uint32_t>(bpr * Q::kScale);
     auto* full = reinterpret_cast<uint64_t*>(smem + static_cast<size_t>(a.n_stages) * a.stage_bytes);
     uint64_t* empty = full + a.n_stages;
     float* partial = reinterpret_cast<float*>(empty + a.n_stages);
@@ -114,15 +116,13 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) gemv_stream_kernel(Strea
         const int nr = static_cast<int>(min(static_cast<int64_t>(rs), row_begin + n_rows - r0));
         const uint32_t body = nr * row_body;
         uint32_t s_first = 0, s_bytes = 0;
-        if (Q::kSplit) scale_span(r0, nr, &s_first, &s_bytes);
+        scale_span(r0, nr, &s_first, &s_bytes);
         uint8_t* stage = smem + static_cast<size_t>(slot) * a.stage_bytes;
         mbar_arrive_expect_tx(&full[slot], NS * (body + s_bytes));
 #pragma unroll
         for (int m = 0; m < NS; ++m) {
             bulk_load(stage + m * a.body_area, a.w[m].body + r0 * row_body, body, &full[slot], policy);
-            if (Q::kSplit)
-                bulk_load(stage + NS * a.body_area + m * a.scale_area, a.w[m].scales + s_first, s_bytes, &full[slot],
-                          policy);
+            bulk_load(stage + NS * a.body_area + m * a.scale_area, a.w[m].scales + s_first, s_bytes, &full[slot], policy);
         }
     };
     if (threadIdx.x == 0)
@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) gemv_stream_kernel(Strea
         const int64_t r0 = row_begin + static_cast<int64_t>(s) * rs;
         const int nr = static_cast<int>(min(static_cast<int64_t>(rs), row_begin + n_rows - r0));
         uint32_t s_first = 0, s_bytes = 0;
-        if (Q::kSplit) scale_span(r0, nr, &s_first, &s_bytes);
+        scale_span(r0, nr, &s_first, &s_bytes);
         const uint32_t stage = smem_addr(smem + static_cast<size_t>(slot) * a.stage_bytes);
         // kRowsAtOnce rows per warp at a time (lr, lr + upp, ...), their loads, dot products and
         // shuffles interleaved: independent chains for the schedulers. A missing last row repeats
@@ -303,11 +303,12 @@ void launch_pair(const GemvStreamPlan& p, const TensorView& w, const TensorView&
 GemvStreamPlan gemv_stream_plan(DType type, int64_t n_in, int64_t n_out, bool pair, int n_sms, bool forced) {
     const TypeInfo ti = type_info(type);
     GemvStreamPlan p;
-    if (ti.block_values == 0 || n_in % ti.block_values != 0 || n_out % kStreamWarps != 0 || n_out <= 0 || n_sms <= 0)
+    const SplitLayout& l = ti.layout;
+    if (ti.item_values == 0 || n_in % l.block_values != 0 || n_out % kStreamWarps != 0 || n_out <= 0 || n_sms <= 0)
         return p;
     const int ns = pair ? 2 : 1;
-    const int64_t bpr = n_in / ti.block_values, n_items = n_in / ti.item_values;
-    const int64_t row_body = bpr * ti.body_bytes, row_scale = ti.split ? bpr * 2 : 0;
+    const int64_t bpr = n_in / l.block_values, n_items = n_in / ti.item_values;
+    const int64_t row_body = bpr * l.body_bytes, row_scale = bpr * l.scale_bytes;
     if (!forced && ns * n_out * (row_body + row_scale) < kMinWeightBytes) return p;
     for (int wpr = 1; wpr <= kStreamWarps; wpr *= 2) {
         // More warps per row only while every lane keeps half an item or more.
@@ -328,7 +329,7 @@ GemvStreamPlan gemv_stream_plan(DType type, int64_t n_in, int64_t n_out, bool pa
         p.rows_per_stage = static_cast<int>(std::min(upp * k, per * upp));
         p.body_area = p.rows_per_stage * row_body;
         // Up to 15 bytes before the first row's scales and 15 after the last row's.
-        p.scale_area = ti.split ? ceil_div(p.rows_per_stage * row_scale, 16) * 16 + 32 : 0;
+        p.scale_area = ceil_div(p.rows_per_stage * row_scale, 16) * 16 + 32;
         p.stage_bytes = ns * (p.body_area + p.scale_area);
         p.n_stages = static_cast<int>(std::clamp<int64_t>(ring_bytes() / p.stage_bytes, 2, 12));
         const int64_t partial_bytes = per * upp * wpr * ns * 4;

@@ -39,7 +39,7 @@ struct GemvStreamPlan {
     int rows_per_stage = 0;   // a multiple of 16 / wpr
     int n_stages = 0;         // ring depth
     int64_t body_area = 0;    // bytes of one matrix's rows in a stage
-    int64_t scale_area = 0;   // bytes of one matrix's scales in a stage (split types)
+    int64_t scale_area = 0;   // bytes of one matrix's scale records in a stage
     int64_t stage_bytes = 0;
     int64_t units = 0;        // passes of the matrix
     int n_ctas = 0;

@@ -91,14 +91,12 @@ void fill_weight(DType type, uint8_t* p, int64_t n_in, int64_t n_out, uint32_t s
         return;
     }
     const SplitLayout l = split_layout(type);
-    if (l.split) {
+    if (l.split) {  // the scale plane's d (and Q4_K's dmin after it)
         const int64_t n_blocks = n_in / l.block_values * n_out;
-        fill_halves_kernel<<<grid_for(n_blocks), 256, 0, s>>>(p + n_blocks * l.body_bytes, n_blocks, 2, 1.0f / 512,
-                                                             seed + 1);
-    } else if (type == DType::Q4_K) {
-        const int64_t n_blocks = n_in / 256 * n_out;
-        fill_halves_kernel<<<grid_for(n_blocks), 256, 0, s>>>(p, n_blocks, 144, 1.0f / 512, seed + 1);      // d
-        fill_halves_kernel<<<grid_for(n_blocks), 256, 0, s>>>(p + 2, n_blocks, 144, 1.0f / 1024, seed + 2);  // dmin
+        uint8_t* scales = p + n_blocks * l.body_bytes;
+        fill_halves_kernel<<<grid_for(n_blocks), 256, 0, s>>>(scales, n_blocks, l.scale_bytes, 1.0f / 512, seed + 1);
+        if (type == DType::Q4_K)
+            fill_halves_kernel<<<grid_for(n_blocks), 256, 0, s>>>(scales + 2, n_blocks, 16, 1.0f / 1024, seed + 2);
     }
 }
 

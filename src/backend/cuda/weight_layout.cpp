@@ -8,20 +8,23 @@ namespace mvllm::cuda {
 
 SplitLayout split_layout(DType type) {
     switch (type) {
-        case DType::Q4_0: return {true, 32, 18, 16, 0};
-        case DType::Q8_0: return {true, 32, 34, 32, 0};
-        case DType::Q6_K: return {true, 256, 210, 208, 208};
+        case DType::Q4_0: return {true, 32, 18, 16, 0, 2, false};
+        case DType::Q8_0: return {true, 32, 34, 32, 0, 2, false};
+        case DType::Q6_K: return {true, 256, 210, 208, 208, 2, false};
+        case DType::Q4_K: return {true, 256, 144, 128, 0, 16, true};
         default: return {};
     }
 }
 
 namespace {
 
-// Copies the body bytes of a GGUF block (everything but the 2-byte d at scale_offset).
-void copy_body(const SplitLayout& l, const uint8_t* block, uint8_t* body) {
-    std::memcpy(body, block, static_cast<size_t>(l.scale_offset));
-    std::memcpy(body + l.scale_offset, block + l.scale_offset + 2,
-                static_cast<size_t>(l.block_bytes - l.scale_offset - 2));
+// Bodies move in 16-byte chunks (body_bytes and scale_offset are multiples of 16, so no chunk
+// straddles the scale record). The offset in the GGUF block of the chunk stored at device body
+// byte 16 c.
+int chunk_source(const SplitLayout& l, int c) {
+    int i = 16 * c;  // in GGUF body order (the block without its scale record)
+    if (l.halves_apart) i = 32 * (c & 3) + 16 * (c >> 2);  // device chunk 4 h + g holds GGUF chunk 2 g + h
+    return i < l.scale_offset ? i : i + l.scale_bytes;
 }
 
 }  // namespace
@@ -33,8 +36,9 @@ void split_rows(DType type, const uint8_t* src, uint8_t* dst, int64_t n_values_p
     uint8_t* scales = dst + n_blocks * l.body_bytes;
     for (int64_t b = 0; b < n_blocks; ++b) {
         const uint8_t* block = src + b * l.block_bytes;
-        copy_body(l, block, dst + b * l.body_bytes);
-        std::memcpy(scales + 2 * b, block + l.scale_offset, 2);
+        uint8_t* body = dst + b * l.body_bytes;
+        for (int c = 0; c < l.body_bytes / 16; ++c) std::memcpy(body + 16 * c, block + chunk_source(l, c), 16);
+        std::memcpy(scales + b * l.scale_bytes, block + l.scale_offset, static_cast<size_t>(l.scale_bytes));
     }
 }
 
@@ -46,10 +50,8 @@ void join_rows(DType type, const uint8_t* src, uint8_t* dst, int64_t n_values_pe
     for (int64_t b = 0; b < n_blocks; ++b) {
         uint8_t* block = dst + b * l.block_bytes;
         const uint8_t* body = src + b * l.body_bytes;
-        std::memcpy(block, body, static_cast<size_t>(l.scale_offset));
-        std::memcpy(block + l.scale_offset, scales + 2 * b, 2);
-        std::memcpy(block + l.scale_offset + 2, body + l.scale_offset,
-                    static_cast<size_t>(l.block_bytes - l.scale_offset - 2));
+        for (int c = 0; c < l.body_bytes / 16; ++c) std::memcpy(block + chunk_source(l, c), body + 16 * c, 16);
+        std::memcpy(block + l.scale_offset, scales + b * l.scale_bytes, static_cast<size_t>(l.scale_bytes));
     }
 }
 
