@@ -117,33 +117,55 @@ public:
     }
     // True when the backend wants Q, K and V as one matrix (rows q, then k, then v; the q and k
     // rows of each head in RoPE pairs: row 2i is dim i, row 2i + 1 dim i + head_dim / 2) followed
-    // by rope_kv_store instead of three matmuls, two RoPEs and kv_store.
+    // by rope_kv_store instead of three matmuls, two RoPEs and kv_store. Where V's weight type
+    // differs from Q and K's (a Q4_K_M file's Q6_K V), only q and k are stacked (wqkv) and V
+    // stays a matrix of its own (wv; "V apart"); an empty wv means wqkv holds the v rows too.
     virtual bool fuses_qkv() const { return false; }
-    // From qkv [n_rows][q_dim + 2 kv_dim] f32 (the rows of fuses_qkv) plus bias ([q_dim + 2 kv_dim]
-    // f32 in the same order, or none: the QKV bias added here, not by the matmul): q = RoPE(q part)
+    // Whether a backend that fuses QKV also takes V apart (else such a file's layers stay unfused).
+    virtual bool fuses_qkv_v_apart() const { return fuses_qkv(); }
+    // qkv = the fused QKV rows of x ([n_rows][q_dim + 2 kv_dim] f32): wqkv x, or with V apart the
+    // planes wqkv x ([n_rows][q_dim + kv_dim]) then wv x ([n_rows][kv_dim]) in the same buffer.
+    virtual void matmul_qkv(const TensorView& wqkv, const TensorView& wv, const TensorView& x, const TensorView& qkv) {
+        if (!wv.data) {
+            matmul(wqkv, x, TensorView{}, qkv);
+            return;
+        }
+        TensorView qk = qkv, v = qkv;
+        qk.ne = {wqkv.ne[1], x.ne[1], 1, 1};
+        v.ne = {wv.ne[1], x.ne[1], 1, 1};
+        v.data = static_cast<float*>(qkv.data) + qk.n_elements();
+        MVLLM_CHECK(qkv.type == DType::F32 && qk.ne[0] + v.ne[0] == qkv.ne[0] && qkv.ne[1] == x.ne[1]) << "matmul_qkv shapes";
+        matmul(wqkv, x, TensorView{}, qk);
+        matmul(wv, x, TensorView{}, v);
+    }
+    // From qkv (matmul_qkv's rows; v_apart: the two planes) plus bias ([q_dim + 2 kv_dim] f32 in
+    // the stacked order, or none: the QKV bias added here, not by the matmul): q = RoPE(q part)
     // into q [n_rows][q_dim] f32 in head-dim order, and RoPE(k part), v part written into the cache
     // slots of the batch. Only when fuses_qkv().
     virtual void rope_kv_store(const TensorView& qkv, const TensorView& bias, int32_t n_heads, int32_t n_kv_heads,
-                               const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) {
-        (void)qkv, (void)bias, (void)n_heads, (void)n_kv_heads, (void)rope, (void)q, (void)cache, (void)layer;
+                               const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer,
+                               bool v_apart) {
+        (void)qkv, (void)bias, (void)n_heads, (void)n_kv_heads, (void)rope, (void)q, (void)cache, (void)layer,
+            (void)v_apart;
         MVLLM_CHECK(false) << name() << " does not fuse QKV";
     }
-    // qkv = wqkv x, then rope_kv_store (qkv: scratch of [n_rows][q_dim + 2 kv_dim] f32). A backend
+    // matmul_qkv, then rope_kv_store (qkv: scratch of [n_rows][q_dim + 2 kv_dim] f32). A backend
     // may do both in one kernel (and then need not write qkv). Only when fuses_qkv().
-    virtual void matmul_rope_kv_store(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
-                                      const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads,
-                                      const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) {
-        matmul(wqkv, x, TensorView{}, qkv);
-        rope_kv_store(qkv, bias, n_heads, n_kv_heads, rope, q, cache, layer);
+    virtual void matmul_rope_kv_store(const TensorView& wqkv, const TensorView& wv, const TensorView& x,
+                                      const TensorView& bias, const TensorView& qkv, int32_t n_heads,
+                                      int32_t n_kv_heads, const RopeParams& rope, const TensorView& q, KvCache& cache,
+                                      int32_t layer) {
+        matmul_qkv(wqkv, wv, x, qkv);
+        rope_kv_store(qkv, bias, n_heads, n_kv_heads, rope, q, cache, layer, wv.data != nullptr);
     }
     // matmul_rope_kv_store, then attention(cache, layer, q, out, n_heads, scale): one call, so that a
     // backend may fold the RoPE and the K/V store into its attention (and then need not write q).
     // Only when fuses_qkv().
-    virtual void matmul_rope_attention(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
-                                       const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads,
-                                       const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer,
-                                       const TensorView& out, float scale) {
-        matmul_rope_kv_store(wqkv, x, bias, qkv, n_heads, n_kv_heads, rope, q, cache, layer);
+    virtual void matmul_rope_attention(const TensorView& wqkv, const TensorView& wv, const TensorView& x,
+                                       const TensorView& bias, const TensorView& qkv, int32_t n_heads,
+                                       int32_t n_kv_heads, const RopeParams& rope, const TensorView& q,
+                                       KvCache& cache, int32_t layer, const TensorView& out, float scale) {
+        matmul_rope_kv_store(wqkv, wv, x, bias, qkv, n_heads, n_kv_heads, rope, q, cache, layer);
         attention(cache, layer, q, out, n_heads, scale);
     }
 

@@ -11,10 +11,11 @@
 namespace mvllm {
 namespace {
 
-// Rows of wq, wk, wv stacked into one host matrix, and their biases (zeros where absent).
-bool can_fuse_qkv(const LayerWeights& w) {
-    return w.wq.type == w.wk.type && w.wq.type == w.wv.type && w.wq.ne[0] == w.wk.ne[0] &&
-           w.wq.ne[0] == w.wv.ne[0] && w.wq.data && w.wk.data && w.wv.data;
+// Rows of wq, wk (and wv, where it has their type; else "V apart", backend.h) stacked into one host
+// matrix, and their biases (zeros where absent).
+bool can_fuse_qkv(const LayerWeights& w, const Backend& backend) {
+    return w.wq.type == w.wk.type && (w.wv.type == w.wq.type || backend.fuses_qkv_v_apart()) &&
+           w.wq.ne[0] == w.wk.ne[0] && w.wq.ne[0] == w.wv.ne[0] && w.wq.data && w.wk.data && w.wv.data;
 }
 
 TensorView stack_rows(const std::vector<const TensorView*>& parts, std::vector<uint8_t>* bytes) {
@@ -79,14 +80,18 @@ Result<std::unique_ptr<Decoder>> Decoder::create(const Model& model, Backend& ba
     std::unique_ptr<Decoder> d(new Decoder(model.config, backend, options));
     d->program_id_ = g_next_program.fetch_add(1);
     ModelWeights host = model.weights;
-    // Fused QKV: stacked on the host and uploaded once; the separate matrices are not uploaded.
+    // Fused QKV: stacked on the host and uploaded once; the separate matrices are not uploaded (but a
+    // V of another type than Q and K, uploaded as it is: a Q4_K_M file's Q6_K V).
     bool fuse = backend.fuses_qkv();
-    for (const LayerWeights& w : host.layers) fuse = fuse && can_fuse_qkv(w);
+    for (const LayerWeights& w : host.layers) fuse = fuse && can_fuse_qkv(w, backend);
+    std::vector<bool> v_apart;
     if (fuse) {
         for (LayerWeights& w : host.layers) {
             const bool has_bias = w.bq.data || w.bk.data || w.bv.data;
+            v_apart.push_back(w.wv.type != w.wq.type);
             d->fused_host_.emplace_back();
-            TensorView wqkv = stack_rows({&w.wq, &w.wk, &w.wv}, &d->fused_host_.back());
+            TensorView wqkv = v_apart.back() ? stack_rows({&w.wq, &w.wk}, &d->fused_host_.back())
+                                             : stack_rows({&w.wq, &w.wk, &w.wv}, &d->fused_host_.back());
             const int64_t n_qk_rows = w.wq.ne[1] + w.wk.ne[1];
             pair_rope_rows(d->fused_host_.back().data(), n_qk_rows, d->config_.head_dim, wqkv.n_bytes() / wqkv.ne[1]);
             MVLLM_ASSIGN_OR_RETURN(wqkv, backend.upload_weight(wqkv));
@@ -99,7 +104,8 @@ Result<std::unique_ptr<Decoder>> Decoder::create(const Model& model, Backend& ba
                 MVLLM_ASSIGN_OR_RETURN(bqkv, backend.upload_weight(b));
             }
             d->bqkv_.push_back(bqkv);
-            for (TensorView* t : {&w.wq, &w.wk, &w.wv, &w.bq, &w.bk, &w.bv}) t->data = nullptr;
+            for (TensorView* t : {&w.wq, &w.wk, &w.bq, &w.bk, &w.bv}) t->data = nullptr;
+            if (!v_apart.back()) w.wv.data = nullptr;
         }
     }
     const std::vector<WeightSlot> slots = weight_slots(d->config_, &host);
@@ -110,6 +116,7 @@ Result<std::unique_ptr<Decoder>> Decoder::create(const Model& model, Backend& ba
         MVLLM_ASSIGN_OR_RETURN(*slot.view, backend.upload_weight(*slot.view));
     }
     if (d->config_.tied_embeddings) host.output = host.token_embd;
+    for (size_t l = 0; l < v_apart.size(); ++l) d->wv_.push_back(v_apart[l] ? host.layers[l].wv : TensorView{});
     d->weights_ = host;
     // RoPE frequencies: from the config (incl. llama3 scaling), or divided by a GGUF rope_freqs
     // tensor, which is how GGUF files carry llama3 scaling.
@@ -287,7 +294,7 @@ TensorView Decoder::run(const Batch& batch, KvCache& cache) {
             const LayerWeights& w = weights_.layers[l];
             be.rms_norm(x, w.attn_norm, c.rms_norm_eps, xn);
             if (fused_qkv) {
-                be.matmul_rope_attention(wqkv_[l], xn, bqkv_[l], qkv, c.n_heads, c.n_kv_heads, rope, q, cache, l, attn,
+                be.matmul_rope_attention(wqkv_[l], wv_[l], xn, bqkv_[l], qkv, c.n_heads, c.n_kv_heads, rope, q, cache, l, attn,
                                          scale);
             } else {
                 be.matmul(w.wq, xn, w.bq, q);

@@ -90,9 +90,10 @@ private:
     DecoderOptions options_;
     ModelWeights weights_;        // backend-resident views
     std::vector<float> inv_freq_; // [head_dim / 2]
-    // Per layer, when the backend fuses QKV: {n_embd, q_dim + 2 kv_dim} rows q, k, v and the
-    // matching bias {q_dim + 2 kv_dim} f32 (data null when the model has none).
-    std::vector<TensorView> wqkv_, bqkv_;
+    // Per layer, when the backend fuses QKV: {n_embd, q_dim + 2 kv_dim} rows q, k, v (or, with V
+    // apart, backend.h: rows q, k, and V as wv_) and the bias {q_dim + 2 kv_dim} f32 in the
+    // stacked order (data null when the model has none).
+    std::vector<TensorView> wqkv_, bqkv_, wv_;
     std::vector<std::vector<uint8_t>> fused_host_;  // host bytes of the fused tensors
     uint64_t program_id_ = 0;                       // this decoder's id for recorded steps
     // The last two greedy steps (forward_greedy_enqueue), at ticket % 2.

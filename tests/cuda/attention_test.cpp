@@ -603,10 +603,11 @@ TEST(CudaAttention, RopeFoldedIntoDecodeEqualsRopeKvStoreThenAttention) {
                             const TensorView b = with_bias ? *bias : TensorView{};
                             const float scale = 1.0f / std::sqrt(static_cast<float>(g.head_dim));
                             if (folded)
-                                be->matmul_rope_attention(*w, x, b, qkv, g.n_heads, g.n_kv_heads, rope, q, **cache, 0, out, scale);
+                                be->matmul_rope_attention(*w, TensorView{}, x, b, qkv, g.n_heads, g.n_kv_heads, rope, q,
+                                                          **cache, 0, out, scale);
                             else
-                                be->Backend::matmul_rope_attention(*w, x, b, qkv, g.n_heads, g.n_kv_heads, rope, q, **cache,
-                                                                   0, out, scale);
+                                be->Backend::matmul_rope_attention(*w, TensorView{}, x, b, qkv, g.n_heads, g.n_kv_heads, rope,
+                                                                   q, **cache, 0, out, scale);
                             out_b[folded].resize(out.n_bytes());
                             be->download(out, out_b[folded].data());
                             q_after[folded].resize(poison_q.size());

@@ -122,11 +122,13 @@ int decode_trigger_mode(int32_t n_rows, int32_t n_parts, int ctas_per_sm, Attent
 // MVLLM_CUDA_TILED_PREFILL is not 0 (for A/B measurements).
 bool use_tiled_prefill(int32_t max_seq_tokens, int32_t group, bool batch_invariant);
 
-// The step's fused QKV rows before RoPE (rope_kv_store's input, in rope.cuh's pairs), for the
-// decode kernel that applies RoPE to q and to the new tokens' K, and stores their K/V in the cache,
-// itself (launch_attention's `raw`): one kernel of the decode step fewer.
+// The step's fused QKV rows before RoPE (rope_kv_store's input, in rope.cuh's pairs; ops.cuh's
+// QkvPlanes), for the decode kernel that applies RoPE to q and to the new tokens' K, and stores
+// their K/V in the cache, itself (launch_attention's `raw`): one kernel of the decode step fewer.
 struct RawQkv {
-    const float* qkv = nullptr;   // [n_tokens][(n_heads + 2 n_kv_heads) * head_dim] f32
+    const float* qk = nullptr;    // row r's q | k part at qk + r * qk_width
+    const float* v = nullptr;     // row r's v part at v + r * v_width
+    int64_t qk_width = 0, v_width = 0;
     const float* bias = nullptr;  // [(n_heads + 2 n_kv_heads) * head_dim] f32, or null
     const float2* rot = nullptr;  // [n_tokens][head_dim / 2] (cos, sin) of each row's position (launch_rope_table)
 };

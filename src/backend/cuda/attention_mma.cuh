@@ -278,7 +278,7 @@ struct NewKv {
 
 // ---- the kernel -----------------------------------------------------------------------------------
 
-// Reads: q [n_tokens][n_heads][HD] f32 (RoPE applied; with raw.qkv instead the raw fused QKV rows,
+// Reads: q [n_tokens][n_heads][HD] f32 (RoPE applied; with raw.qk instead the raw fused QKV rows,
 // RoPE'd here, and the new token's K/V, which this kernel also stores), the paged K/V of the row's sequence in
 // [split * split_tokens, min(+split_tokens, positions[row] + 1)). Writes: out (normalised) — directly
 // when n_splits == 1, else merged by parts: with cluster > 1 the CTAs of a cluster (`cluster`
@@ -409,7 +409,7 @@ __global__ void __launch_bounds__(W * 32, kMinCtasPerSm<HD, KT, W>)
     // drains; the rest follow the wait. (MVLLM_EARLY_LOADS=0: L2 prefetches only.)
     // raw: q and the new token's K/V come RoPE'd from the raw QKV row, with the row's rotations
     // (raw.rot, an earlier kernel's output: read after the wait, beside q).
-    const bool fold = raw.qkv != nullptr;
+    const bool fold = raw.qk != nullptr;
     const float2* rot = fold ? raw.rot + static_cast<int64_t>(row) * (HD / 2) : nullptr;
     tl.mark(1);
     if ((flags & kPrefetchQ) && warp == 0) {
@@ -449,9 +449,8 @@ __global__ void __launch_bounds__(W * 32, kMinCtasPerSm<HD, KT, W>)
     // its return, ahead of Q's own loads; with the fused row, then a line of its bias and one of
     // the row's rotations, in turn. Session 36 probed the step's metadata, which this CTA had read
     // before the wait: back in 192 ns, against ~2.7 us for Q's first value.)
-    const int64_t raw_width = static_cast<int64_t>(n_heads + 2 * n_kv) * HD;
     tl.mark_after(11, tl.probe(reinterpret_cast<const int32_t*>(
-                          fold ? raw.qkv + row * raw_width + static_cast<int64_t>(head0) * HD
+                          fold ? raw.qk + row * raw.qk_width + static_cast<int64_t>(head0) * HD
                                : q + (static_cast<int64_t>(row) * n_heads + head0) * HD)));
     if (fold && raw.bias)
         tl.mark_after(12, tl.probe(reinterpret_cast<const int32_t*>(raw.bias + static_cast<int64_t>(head0) * HD)));
@@ -472,8 +471,8 @@ __global__ void __launch_bounds__(W * 32, kMinCtasPerSm<HD, KT, W>)
     NewKv<HD, KT> new_kv;
     if (new_here) {
         const int64_t k_off = static_cast<int64_t>(n_heads + kv_head) * HD, v_off = k_off + static_cast<int64_t>(n_kv) * HD;
-        const float* raw_row = raw.qkv + row * raw_width;
-        new_kv.load(raw_row + k_off, raw_row + v_off, raw.bias ? raw.bias + k_off : nullptr,
+        new_kv.load(raw.qk + row * raw.qk_width + k_off, raw.v + row * raw.v_width + static_cast<int64_t>(kv_head) * HD,
+                    raw.bias ? raw.bias + k_off : nullptr,
                     raw.bias ? raw.bias + v_off : nullptr, rot, lane);
     }
 
@@ -481,7 +480,7 @@ __global__ void __launch_bounds__(W * 32, kMinCtasPerSm<HD, KT, W>)
     uint32_t qa[kK][4], qa_lo[Pack<KT>::kSplit ? kK : 1][4];
     float q_first = 0.0f;  // the first Q value loaded (the timeline's mark 10)
     {
-        const float* q0 = fold ? raw.qkv + row * raw_width + static_cast<int64_t>(head0) * HD
+        const float* q0 = fold ? raw.qk + row * raw.qk_width + static_cast<int64_t>(head0) * HD
                                : q + (static_cast<int64_t>(row) * n_heads + head0) * HD;
         const float* b0 = fold && raw.bias ? raw.bias + static_cast<int64_t>(head0) * HD : nullptr;
         // The CTA reads its n_g heads once, a float4 of each input a thread (coalesced; with the

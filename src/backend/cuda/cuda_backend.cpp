@@ -477,31 +477,58 @@ void CudaBackend::rope_qk_kv_store(const TensorView& q, const TensorView& k, con
     cuda::launch_rope_qk_kv_store(im.batch, kv, q, k, v, n_heads, im.inv_freq, im.stream);
 }
 
+bool CudaBackend::fuses_qkv_v_apart() const {
+    static const bool on = cuda::env_on("MVLLM_QKV_V_APART");
+    return on;
+}
+
+void CudaBackend::matmul_qkv(const TensorView& wqkv, const TensorView& wv, const TensorView& x,
+                             const TensorView& qkv) {
+    Impl& im = *impl_;
+    cuda::QxView storage;
+    const cuda::QxView* qx = wv.data && cuda::qkv_stack_gemv_supported(wqkv, wv, x.ne[1]) && !im.options.batch_invariant
+                                 ? im.qx_for(wqkv, x, &storage)
+                                 : nullptr;
+    if (!qx) {
+        Backend::matmul_qkv(wqkv, wv, x, qkv);
+        return;
+    }
+    TensorView qk = qkv, v = qkv;
+    qk.ne = {wqkv.ne[1], x.ne[1], 1, 1};
+    v.ne = {wv.ne[1], x.ne[1], 1, 1};
+    v.data = static_cast<float*>(qkv.data) + qk.n_elements();
+    MVLLM_CHECK(qkv.type == DType::F32 && qk.ne[0] + v.ne[0] == qkv.ne[0] && qkv.ne[1] == x.ne[1]) << "matmul_qkv shapes";
+    im.wrote(qkv);
+    cuda::launch_qkv_stack_gemv(wqkv, wv, *qx, qk, v, im.stream);
+}
+
 void CudaBackend::rope_kv_store(const TensorView& qkv, const TensorView& bias, int32_t n_heads, int32_t n_kv_heads,
-                                const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) {
+                                const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer,
+                                bool v_apart) {
     Impl& im = *impl_;
     im.wrote(q);
     im.set_inv_freq(rope);
     const cuda::DeviceKvLayer kv = device_layer(cache, layer);
     MVLLM_CHECK(kv.n_kv_heads == n_kv_heads && kv.head_dim == rope.head_dim) << "rope_kv_store geometry";
-    cuda::launch_rope_kv_store(im.batch, kv, qkv, bias, n_heads, im.inv_freq, q, im.stream);
+    cuda::launch_rope_kv_store(im.batch, kv, qkv, bias, n_heads, im.inv_freq, q, v_apart, im.stream);
 }
 
-void CudaBackend::matmul_rope_kv_store(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
-                                       const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads,
-                                       const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) {
+void CudaBackend::matmul_rope_kv_store(const TensorView& wqkv, const TensorView& wv, const TensorView& x,
+                                       const TensorView& bias, const TensorView& qkv, int32_t n_heads,
+                                       int32_t n_kv_heads, const RopeParams& rope, const TensorView& q, KvCache& cache,
+                                       int32_t layer) {
     Impl& im = *impl_;
     cuda::QxView storage;
-    const cuda::QxView* qx = im.gemv_takes_rope(wqkv, x) ? im.qx_for(wqkv, x, &storage) : nullptr;
+    const cuda::QxView* qx = im.gemv_takes_rope(wqkv, wv, x) ? im.qx_for(wqkv, x, &storage) : nullptr;
     if (!qx) {
-        Backend::matmul_rope_kv_store(wqkv, x, bias, qkv, n_heads, n_kv_heads, rope, q, cache, layer);
+        Backend::matmul_rope_kv_store(wqkv, wv, x, bias, qkv, n_heads, n_kv_heads, rope, q, cache, layer);
         return;
     }
     im.wrote(q);
     im.set_inv_freq(rope);
     const cuda::DeviceKvLayer kv = device_layer(cache, layer);
     MVLLM_CHECK(kv.n_kv_heads == n_kv_heads && kv.head_dim == rope.head_dim) << "matmul_rope_kv_store geometry";
-    cuda::launch_qkv_rope_gemv(wqkv, *qx, bias, im.batch, kv, n_heads, im.inv_freq, q, im.stream);
+    cuda::launch_qkv_rope_gemv(wqkv, wv, *qx, bias, im.batch, kv, n_heads, im.inv_freq, q, im.stream);
 }
 
 void CudaBackend::attention(KvCache& cache, int32_t layer, const TensorView& q, const TensorView& out,
@@ -538,25 +565,25 @@ void CudaBackend::Impl::attention(const cuda::DeviceKvLayer& kv, const TensorVie
     }
 }
 
-bool CudaBackend::Impl::gemv_takes_rope(const TensorView& wqkv, const TensorView& x) const {
+bool CudaBackend::Impl::gemv_takes_rope(const TensorView& wqkv, const TensorView& wv, const TensorView& x) const {
     using Mode = CudaBackendOptions::QkvRopeEpilogue;
     const Mode mode = options.qkv_rope_epilogue;
-    return cuda::qkv_rope_gemv_supported(wqkv.type, x.ne[1]) &&
-           (mode == Mode::On || (mode == Mode::Auto && cuda::qkv_rope_gemv_ctas(wqkv, x.ne[1]) >= n_sms));
+    return cuda::qkv_rope_gemv_supported(wqkv, wv, x.ne[1]) &&
+           (mode == Mode::On || (mode == Mode::Auto && cuda::qkv_rope_gemv_ctas(wqkv, wv, x.ne[1]) >= n_sms));
 }
 
 // Where the QKV GEMV's epilogue does not take RoPE (a launch of fewer CTAs than SMs, e.g. the
 // 0.5B's), a batch of one new token per sequence has the decode attention kernel rotate q and
 // the new K and store the K/V itself: qkv = wqkv x, then one attention kernel, instead of a RoPE +
 // K/V store kernel between them.
-void CudaBackend::matmul_rope_attention(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
-                                        const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads,
-                                        const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer,
-                                        const TensorView& out, float scale) {
+void CudaBackend::matmul_rope_attention(const TensorView& wqkv, const TensorView& wv, const TensorView& x,
+                                        const TensorView& bias, const TensorView& qkv, int32_t n_heads,
+                                        int32_t n_kv_heads, const RopeParams& rope, const TensorView& q,
+                                        KvCache& cache, int32_t layer, const TensorView& out, float scale) {
     Impl& im = *impl_;
     const cuda::DeviceKvLayer kv = device_layer(cache, layer);
-    if (im.gemv_takes_rope(wqkv, x) || !cuda::attention_folds_rope(im.attention_variant(), im.batch, kv)) {
-        Backend::matmul_rope_attention(wqkv, x, bias, qkv, n_heads, n_kv_heads, rope, q, cache, layer, out, scale);
+    if (im.gemv_takes_rope(wqkv, wv, x) || !cuda::attention_folds_rope(im.attention_variant(), im.batch, kv)) {
+        Backend::matmul_rope_attention(wqkv, wv, x, bias, qkv, n_heads, n_kv_heads, rope, q, cache, layer, out, scale);
         return;
     }
     MVLLM_CHECK(kv.n_kv_heads == n_kv_heads && kv.head_dim == rope.head_dim &&
@@ -565,9 +592,11 @@ void CudaBackend::matmul_rope_attention(const TensorView& wqkv, const TensorView
     MVLLM_CHECK(!bias.data || (bias.type == DType::F32 && bias.ne[0] == qkv.ne[0])) << "matmul_rope_attention bias";
     im.set_inv_freq(rope);
     if (!im.rope_table) im.rope_table = cuda::launch_rope_table(im.batch, im.inv_freq, rope.head_dim, im.attention_scratch, im.stream);
-    matmul(wqkv, x, TensorView{}, qkv);
+    matmul_qkv(wqkv, wv, x, qkv);
     im.wrote(q);
-    const cuda::RawQkv raw{static_cast<const float*>(qkv.data), static_cast<const float*>(bias.data), im.rope_table};
+    const int64_t q_dim = static_cast<int64_t>(n_heads) * rope.head_dim, kv_dim = static_cast<int64_t>(n_kv_heads) * rope.head_dim;
+    const cuda::QkvPlanes p = cuda::qkv_planes(static_cast<const float*>(qkv.data), q_dim, kv_dim, x.ne[1], wv.data != nullptr);
+    const cuda::RawQkv raw{p.qk, p.v, p.qk_width, p.v_width, static_cast<const float*>(bias.data), im.rope_table};
     im.attention(kv, q, out, n_heads, scale, &raw);
 }
 

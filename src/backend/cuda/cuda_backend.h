@@ -113,19 +113,25 @@ public:
     void rope_qk_kv_store(const TensorView& q, const TensorView& k, const TensorView& v, int32_t n_heads,
                           int32_t n_kv_heads, const RopeParams& rope, KvCache& cache, int32_t layer) override;
     bool fuses_qkv() const override { return true; }
+    // MVLLM_QKV_V_APART=0: files whose V has another type keep the unfused projections (A/B).
+    bool fuses_qkv_v_apart() const override;
+    // With V apart on 1..8 rows of Q4_K q | k and Q6_K v: both matrices in one GEMV launch.
+    void matmul_qkv(const TensorView& wqkv, const TensorView& wv, const TensorView& x, const TensorView& qkv) override;
     void rope_kv_store(const TensorView& qkv, const TensorView& bias, int32_t n_heads, int32_t n_kv_heads,
-                       const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer) override;
+                       const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer,
+                       bool v_apart) override;
     // With options.qkv_rope_epilogue, up to 4 rows on quantised weights: one GEMV whose epilogue
-    // applies RoPE and stores q and the K/V; otherwise the matmul and rope_kv_store kernels.
-    void matmul_rope_kv_store(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
+    // applies RoPE and stores q and the K/V (over both matrices with V apart); otherwise matmul_qkv
+    // and the rope_kv_store kernel.
+    void matmul_rope_kv_store(const TensorView& wqkv, const TensorView& wv, const TensorView& x, const TensorView& bias,
                               const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads, const RopeParams& rope,
                               const TensorView& q, KvCache& cache, int32_t layer) override;
-    // Where the GEMV does not take RoPE, a batch of one new token per sequence: the QKV GEMV, then
+    // Where the GEMV does not take RoPE, a batch of one new token per sequence: matmul_qkv, then
     // the decode attention kernel applying RoPE and storing the new K/V itself (q is not written).
-    void matmul_rope_attention(const TensorView& wqkv, const TensorView& x, const TensorView& bias,
-                               const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads, const RopeParams& rope,
-                               const TensorView& q, KvCache& cache, int32_t layer, const TensorView& out,
-                               float scale) override;
+    void matmul_rope_attention(const TensorView& wqkv, const TensorView& wv, const TensorView& x,
+                               const TensorView& bias, const TensorView& qkv, int32_t n_heads, int32_t n_kv_heads,
+                               const RopeParams& rope, const TensorView& q, KvCache& cache, int32_t layer,
+                               const TensorView& out, float scale) override;
 
     // Decode steps (every sequence one token, up to 512 sequences, fused attention)
     // are recorded as one CUDA graph per (program, cache, batch size, context bucket) on their

@@ -268,7 +268,7 @@ struct CudaBackend::Impl {
     void attention(const cuda::DeviceKvLayer& kv, const TensorView& q, const TensorView& out, int32_t n_heads,
                    float scale, const cuda::RawQkv* raw);
     // Whether the QKV GEMV applies RoPE and stores the K/V in its epilogue (options.qkv_rope_epilogue).
-    bool gemv_takes_rope(const TensorView& wqkv, const TensorView& x) const;
+    bool gemv_takes_rope(const TensorView& wqkv, const TensorView& wv, const TensorView& x) const;
     // Forgets a QX copy of the tensor an op is about to write.
     void wrote(const TensorView& t) {
         if (t.data == qx_source) qx_source = nullptr;

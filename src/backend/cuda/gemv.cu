@@ -65,9 +65,11 @@ __device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxVi
     }
 }
 
-// Reads: R rows of w (and of w2 when kPair) from row (blockIdx.x * (kGemvWarps / ks) + warp / ks) * R,
-// the n_tokens <= NT QX rows of x, bias. Writes: out [n_tokens][n_out] (F32; kPair: out_type).
-// Launch: grid ceil(n_out / (kGemvWarps / ks * R)), kGemvWarps * 32 threads, ks in {1, 2, 4}.
+// Reads: R rows of w (and of w2 when kPair) from row (cta * (kGemvWarps / ks) + warp / ks) * R, the
+// n_tokens <= NT QX rows of x, bias. Writes: out [n_tokens][n_out] (F32; kPair: out_type); with
+// kRope, q and the cache instead. row_base: the first row of w in the stacked QKV order (kRope: the
+// rows' q / k / v part and their bias; 0 for a lone matrix). Launch: ceil(n_out / (kGemvWarps / ks *
+// R)) CTAs (cta: their index), kGemvWarps * 32 threads, ks in {1, 2, 4}.
 // The ks warps of a row group split its items: lane l of K-part k takes items 32 k + l,
 // 32 (k + ks) + l, ...; each weight byte is loaded once and dotted with every column. The parts
 // are summed in a fixed order (warp sums, then part 0 + 1 + ...), so a column's result depends
@@ -75,14 +77,14 @@ __device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxVi
 template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix& w2, const QxView& x, const float* bias,
                                         void* out, DType out_type, int64_t n_out, int n_tokens, int accumulate, int ks,
-                                        int early, const QkvRopeOut& rope) {
+                                        int early, const QkvRopeOut& rope, int64_t cta, int64_t row_base) {
     using I = Item<T>;
     constexpr int R = rows_per_warp<T, NT, kPair>();
     constexpr int NS = kPair ? 2 : 1;
     __shared__ float partial[kGemvWarps][NS * R * NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int part = warp % ks;
-    const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kGemvWarps / ks) + warp / ks) * R;
+    const int64_t row0 = (cta * (kGemvWarps / ks) + warp / ks) * R;  // of w
     // No early exit (the parts meet at a barrier): rows past the end repeat the last row, unwritten.
     int64_t rows[R];
 #pragma unroll
@@ -114,8 +116,8 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
         if constexpr (kRope) {
             static_assert(R * NT <= 32, "one writer lane per (row, token)");
             const int r = lane / NT, t = lane % NT;
-            const int64_t o = row0 + r;
-            if (lane < R * NT && r % 2 == 0 && t < n_tokens && o < n_out) {
+            const int64_t o = row_base + row0 + r;
+            if (lane < R * NT && r % 2 == 0 && t < n_tokens && row0 + r < n_out) {
                 if (bias) bias_pair = make_float2(bias[o], bias[o + 1]);
                 if (o >= static_cast<int64_t>(rope.n_heads) * rope.head_dim) slot = rope.slot_mapping[t];
                 if (o < static_cast<int64_t>(rope.n_heads + rope.n_kv_heads) * rope.head_dim)
@@ -191,8 +193,8 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
         for (int r = 0; r < R; r += 2) {
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
-                const int64_t o = row0 + r;
-                if (lane != ((r * NT + t) & 31) || o >= n_out || t >= n_tokens) continue;
+                const int64_t o = row_base + row0 + r;
+                if (lane != ((r * NT + t) & 31) || row0 + r >= n_out || t >= n_tokens) continue;
                 float x0 = acc[0][r][t], x1 = acc[0][r + 1][t];
                 if (bias) x0 += bias_pair.x, x1 += bias_pair.y;
                 if (o < qk_rows) {
@@ -227,7 +229,7 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
     }
 }
 
-// The kernels' arguments (one struct: the two kernels below take the same).
+// The kernels' arguments (one struct: the kernels below take the same).
 struct GemvQxArgs {
     QuantMatrix w, w2;
     QxView x;
@@ -237,14 +239,34 @@ struct GemvQxArgs {
     int64_t n_out;
     int n_tokens, accumulate, ks, early;  // early: kEarly*Flag bits
     QkvRopeOut rope;  // kRope: where the fused QKV rows go
+    // gemv_qx_stack_kernel: w2's rows (its own type, K split ks2 and output out2) after w's, whose
+    // launch is the first ctas1 CTAs.
+    void* out2 = nullptr;
+    int64_t n_out2 = 0;
+    int ks2 = 0;
+    unsigned ctas1 = 0;
 };
 template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const GemvQxArgs& a) {
     gemv_qx<T, NT, kPair, kRope>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate, a.ks,
-                                 a.early, a.rope);
+                                 a.early, a.rope, blockIdx.x, 0);
 }
 template <DType T, int NT, bool kPair, bool kRope = false>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) { gemv_qx<T, NT, kPair, kRope>(a); }
+// Two matrices of different types stacked by rows in one launch: the QKV projection of a file
+// whose V is not of Q and K's type (a Q4_K_M file's Q6_K V beside Q4_K Q and K, stacked as one
+// matrix). The first ctas1 CTAs are w's lone launch (type T, rows 0 .. n_out - 1, out), the rest
+// w2's (type T2, rows n_out .. in the stacked order, out2), each with its own K split, so every
+// row's sum is the one a lone launch of its matrix gives. kRope: q and the cache, as gemv_qx.
+template <DType T, DType T2, int NT, bool kRope>
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_stack_kernel(GemvQxArgs a) {
+    if (blockIdx.x < a.ctas1)
+        gemv_qx<T, NT, false, kRope>(a.w, a.w, a.x, a.bias, a.out, DType::F32, a.n_out, a.n_tokens, 0, a.ks, a.early,
+                                     a.rope, blockIdx.x, 0);
+    else
+        gemv_qx<T2, NT, false, kRope>(a.w2, a.w2, a.x, a.bias, a.out2, DType::F32, a.n_out2, a.n_tokens, 0, a.ks2,
+                                      a.early, a.rope, blockIdx.x - a.ctas1, a.n_out);
+}
 // Batch-1 Q4_0 (every matmul of a decode step but the LM head): 7 CTAs per SM (72 registers),
 // which its first items loaded before the wait would otherwise push to 6. (A minimum CTA count
 // on every instantiation makes ptxas spend far more registers on the others.) The QKV + RoPE form
@@ -417,6 +439,12 @@ int gemv_late_trigger(size_t weight_bytes) {
     return min_mb >= 0 && weight_bytes >= static_cast<size_t>(min_mb) * 1000000 ? kLateTriggerFlag : 0;
 }
 
+// GemvQxArgs::early for a launch over `weight_bytes` of weights.
+int gemv_early_flags(size_t weight_bytes) {
+    return (early_loads() & kEarlyGemv ? kEarlyWeightsFlag : 0) | (early_loads() & kEarlyResidual ? kEarlyResidualFlag : 0) |
+           gemv_late_trigger(weight_bytes);
+}
+
 // With `rope` (kRope): the fused QKV rows, RoPE'd and stored by the epilogue (no `out`).
 template <DType T, int NT, bool kPair, bool kRope = false>
 void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, const float* bias, void* out,
@@ -425,15 +453,44 @@ void gemv_qx_launch(const TensorView& w, const TensorView* w2, const QxView& x, 
     const QuantMatrix m = quant_matrix<T>(w.data, w.ne[0], w.ne[1]);
     const QuantMatrix m2 = w2 ? quant_matrix<T>(w2->data, w2->ne[0], w2->ne[1]) : m;
     GemvQxArgs args{m, m2, x, bias, out, out_type, n_out, static_cast<int>(x.n_rows), accumulate, ks,
-                    (early_loads() & kEarlyGemv ? kEarlyWeightsFlag : 0) |
-                        (early_loads() & kEarlyResidual ? kEarlyResidualFlag : 0) |
-                        gemv_late_trigger(w.n_bytes() + (w2 ? w2->n_bytes() : 0)),
-                    {}};
+                    gemv_early_flags(w.n_bytes() + (w2 ? w2->n_bytes() : 0)), {}};
     if (rope) args.rope = *rope;
     if constexpr (T == DType::Q4_0 && NT == 1)
         launch_pdl(gemv_q4_0_b1_kernel<kPair, kRope>, grid, kGemvWarps * 32, 0, stream, args);
     else
         launch_pdl(gemv_qx_kernel<T, NT, kPair, kRope>, grid, kGemvWarps * 32, 0, stream, args);
+}
+
+// gemv_qx_stack_kernel over wqk (type T: the q and k rows) then wv (T2): with `rope`, the QKV
+// epilogue; without, qk = wqk x and v = wv x (no bias).
+template <DType T, DType T2, int NT, bool kRope>
+void gemv_qx_stack_launch(const TensorView& wqk, const TensorView& wv, const QxView& x, const float* bias, void* qk,
+                          void* v, cudaStream_t stream, const QkvRopeOut* rope) {
+    const GemvGrid g1 = gemv_qx_grid<T, NT, false>(x.n_in, wqk.ne[1]), g2 = gemv_qx_grid<T2, NT, false>(x.n_in, wv.ne[1]);
+    GemvQxArgs args{quant_matrix<T>(wqk.data, wqk.ne[0], wqk.ne[1]), quant_matrix<T2>(wv.data, wv.ne[0], wv.ne[1]), x,
+                    bias, qk, DType::F32, wqk.ne[1], static_cast<int>(x.n_rows), 0, g1.ks,
+                    gemv_early_flags(wqk.n_bytes() + wv.n_bytes()), {}};
+    if (rope) args.rope = *rope;
+    args.out2 = v;
+    args.n_out2 = wv.ne[1];
+    args.ks2 = g2.ks;
+    args.ctas1 = g1.grid;
+    launch_pdl(gemv_qx_stack_kernel<T, T2, NT, kRope>, g1.grid + g2.grid, kGemvWarps * 32, 0, stream, args);
+}
+
+// The weight type pairs of gemv_qx_stack_kernel (q | k, v): a Q4_K_M file's, where rows of 256k
+// values take Q4_K and Q6_K, and other rows (the 0.5B's 896) Q4_0 and Q8_0 (model/export.cpp).
+bool qkv_stack_types(DType qk, DType v) {
+    return (qk == DType::Q4_K && v == DType::Q6_K) || (qk == DType::Q4_0 && v == DType::Q8_0);
+}
+
+template <int NT, bool kRope>
+void gemv_qx_stack_dispatch(const TensorView& wqk, const TensorView& wv, const QxView& x, const float* bias, void* qk,
+                            void* v, cudaStream_t stream, const QkvRopeOut* rope) {
+    MVLLM_CHECK(qkv_stack_types(wqk.type, wv.type)) << "stacked QKV GEMV: " << type_name(wqk.type) << " q | k, "
+                                                     << type_name(wv.type) << " v";
+    if (wqk.type == DType::Q4_K) gemv_qx_stack_launch<DType::Q4_K, DType::Q6_K, NT, kRope>(wqk, wv, x, bias, qk, v, stream, rope);
+    else gemv_qx_stack_launch<DType::Q4_0, DType::Q8_0, NT, kRope>(wqk, wv, x, bias, qk, v, stream, rope);
 }
 
 // The fused QKV projection with RoPE and the K/V store in the epilogue, up to kQkvRopeMaxRows rows
@@ -573,38 +630,67 @@ void launch_gemv_float(const TensorView& w, const TensorView& x, const TensorVie
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 
-bool qkv_rope_gemv_supported(DType weight_type, int64_t n_rows) {
-    return gemv_uses_qx(weight_type) && n_rows >= 1 && n_rows <= kQkvRopeMaxRows;
+bool qkv_rope_gemv_supported(const TensorView& wqkv, const TensorView& wv, int64_t n_rows) {
+    return gemv_uses_qx(wqkv.type) && n_rows >= 1 && n_rows <= kQkvRopeMaxRows &&
+           (!wv.data || qkv_stack_types(wqkv.type, wv.type));
 }
 
-int64_t qkv_rope_gemv_ctas(const TensorView& wqkv, int64_t n_rows) {
-    MVLLM_CHECK(qkv_rope_gemv_supported(wqkv.type, n_rows)) << "qkv_rope GEMV: " << type_name(wqkv.type);
-    const int64_t n_in = wqkv.ne[0], n_out = wqkv.ne[1];
-    auto grid = [&]<int NT>() -> int64_t {
-        switch (wqkv.type) {
-            case DType::Q4_0: return gemv_qx_grid<DType::Q4_0, NT, false>(n_in, n_out).grid;
-            case DType::Q8_0: return gemv_qx_grid<DType::Q8_0, NT, false>(n_in, n_out).grid;
-            case DType::Q4_K: return gemv_qx_grid<DType::Q4_K, NT, false>(n_in, n_out).grid;
-            default: return gemv_qx_grid<DType::Q6_K, NT, false>(n_in, n_out).grid;
+int64_t qkv_rope_gemv_ctas(const TensorView& wqkv, const TensorView& wv, int64_t n_rows) {
+    MVLLM_CHECK(qkv_rope_gemv_supported(wqkv, wv, n_rows)) << "qkv_rope GEMV: " << type_name(wqkv.type);
+    const int64_t n_in = wqkv.ne[0];
+    auto grid = [&]<int NT>(const TensorView& w) -> int64_t {
+        switch (w.type) {
+            case DType::Q4_0: return gemv_qx_grid<DType::Q4_0, NT, false>(n_in, w.ne[1]).grid;
+            case DType::Q8_0: return gemv_qx_grid<DType::Q8_0, NT, false>(n_in, w.ne[1]).grid;
+            case DType::Q4_K: return gemv_qx_grid<DType::Q4_K, NT, false>(n_in, w.ne[1]).grid;
+            default: return gemv_qx_grid<DType::Q6_K, NT, false>(n_in, w.ne[1]).grid;
         }
     };
-    return n_rows == 1 ? grid.template operator()<1>() : n_rows == 2 ? grid.template operator()<2>() : grid.template operator()<4>();
+    auto ctas = [&]<int NT>() { return grid.template operator()<NT>(wqkv) + (wv.data ? grid.template operator()<NT>(wv) : 0); };
+    return n_rows == 1 ? ctas.template operator()<1>() : n_rows == 2 ? ctas.template operator()<2>() : ctas.template operator()<4>();
 }
 
-void launch_qkv_rope_gemv(const TensorView& wqkv, const QxView& qx, const TensorView& bias, const DeviceBatch& batch,
-                          const DeviceKvLayer& kv, int32_t n_heads, const float* inv_freq, const TensorView& q,
-                          cudaStream_t stream) {
+void launch_qkv_rope_gemv(const TensorView& wqkv, const TensorView& wv, const QxView& qx, const TensorView& bias,
+                          const DeviceBatch& batch, const DeviceKvLayer& kv, int32_t n_heads, const float* inv_freq,
+                          const TensorView& q, cudaStream_t stream) {
     const int64_t q_dim = static_cast<int64_t>(n_heads) * kv.head_dim, kv_dim = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
-    MVLLM_CHECK(qkv_rope_gemv_supported(wqkv.type, qx.n_rows) && wqkv.ne[0] == qx.n_in &&
-                wqkv.ne[1] == q_dim + 2 * kv_dim && q.type == DType::F32 && q.ne[0] == q_dim &&
-                q.ne[1] == qx.n_rows && qx.n_rows == batch.n_tokens)
+    const int64_t n_stacked = wqkv.ne[1] + (wv.data ? wv.ne[1] : 0);
+    MVLLM_CHECK(qkv_rope_gemv_supported(wqkv, wv, qx.n_rows) && wqkv.ne[0] == qx.n_in &&
+                (!wv.data || (wv.ne[0] == qx.n_in && wqkv.ne[1] == q_dim + kv_dim)) && n_stacked == q_dim + 2 * kv_dim &&
+                q.type == DType::F32 && q.ne[0] == q_dim && q.ne[1] == qx.n_rows && qx.n_rows == batch.n_tokens)
         << "qkv_rope GEMV shapes";
-    MVLLM_CHECK(!bias.data || (bias.type == DType::F32 && bias.ne[0] == wqkv.ne[1])) << "qkv_rope GEMV bias";
+    MVLLM_CHECK(!bias.data || (bias.type == DType::F32 && bias.ne[0] == n_stacked)) << "qkv_rope GEMV bias";
     const QkvRopeOut rope = qkv_rope_out(batch, kv, n_heads, inv_freq, q);
     const float* b = bias.data ? static_cast<const float*>(bias.data) : nullptr;
-    if (qx.n_rows == 1) qkv_rope_dispatch_type<1>(wqkv, qx, b, rope, stream);
-    else if (qx.n_rows == 2) qkv_rope_dispatch_type<2>(wqkv, qx, b, rope, stream);
-    else qkv_rope_dispatch_type<4>(wqkv, qx, b, rope, stream);
+    if (wv.data) {
+        if (qx.n_rows == 1) gemv_qx_stack_dispatch<1, true>(wqkv, wv, qx, b, nullptr, nullptr, stream, &rope);
+        else if (qx.n_rows == 2) gemv_qx_stack_dispatch<2, true>(wqkv, wv, qx, b, nullptr, nullptr, stream, &rope);
+        else gemv_qx_stack_dispatch<4, true>(wqkv, wv, qx, b, nullptr, nullptr, stream, &rope);
+    } else if (qx.n_rows == 1) {
+        qkv_rope_dispatch_type<1>(wqkv, qx, b, rope, stream);
+    } else if (qx.n_rows == 2) {
+        qkv_rope_dispatch_type<2>(wqkv, qx, b, rope, stream);
+    } else {
+        qkv_rope_dispatch_type<4>(wqkv, qx, b, rope, stream);
+    }
+    MVLLM_CUDA_LAUNCH_CHECK();
+}
+
+bool qkv_stack_gemv_supported(const TensorView& wqk, const TensorView& wv, int64_t n_rows) {
+    return qkv_stack_types(wqk.type, wv.type) && n_rows >= 1 && n_rows <= kGemvMaxColumns;
+}
+
+void launch_qkv_stack_gemv(const TensorView& wqk, const TensorView& wv, const QxView& qx, const TensorView& qk,
+                           const TensorView& v, cudaStream_t stream) {
+    MVLLM_CHECK(qkv_stack_gemv_supported(wqk, wv, qx.n_rows) && wqk.ne[0] == qx.n_in && wv.ne[0] == qx.n_in &&
+                qk.type == DType::F32 && v.type == DType::F32 && qk.ne[0] == wqk.ne[1] && v.ne[0] == wv.ne[1] &&
+                qk.ne[1] == qx.n_rows && v.ne[1] == qx.n_rows)
+        << "stacked QKV GEMV shapes";
+    const int64_t n = qx.n_rows;
+    if (n == 1) gemv_qx_stack_dispatch<1, false>(wqk, wv, qx, nullptr, qk.data, v.data, stream, nullptr);
+    else if (n == 2) gemv_qx_stack_dispatch<2, false>(wqk, wv, qx, nullptr, qk.data, v.data, stream, nullptr);
+    else if (n <= 4) gemv_qx_stack_dispatch<4, false>(wqk, wv, qx, nullptr, qk.data, v.data, stream, nullptr);
+    else gemv_qx_stack_dispatch<8, false>(wqk, wv, qx, nullptr, qk.data, v.data, stream, nullptr);
     MVLLM_CUDA_LAUNCH_CHECK();
 }
 

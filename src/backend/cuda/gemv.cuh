@@ -55,13 +55,21 @@ enum class GemvEpilogue {
 
 // The fused QKV projection (wqkv's q and k rows in RoPE pairs, rope.cuh) with RoPE and the K/V
 // store in its epilogue: the result of launch_gemv_qx followed by launch_rope_kv_store, the same
-// bits, in one kernel. Quantised weights, 1..4 rows (qkv_rope_gemv_supported).
-bool qkv_rope_gemv_supported(DType weight_type, int64_t n_rows);
-// The CTAs of that launch for wqkv and n_rows rows (its grid, as the launcher computes it).
-int64_t qkv_rope_gemv_ctas(const TensorView& wqkv, int64_t n_rows);
-void launch_qkv_rope_gemv(const TensorView& wqkv, const QxView& qx, const TensorView& bias, const DeviceBatch& batch,
-                          const DeviceKvLayer& kv, int32_t n_heads, const float* inv_freq, const TensorView& q,
-                          cudaStream_t stream);
+// bits, in one kernel. Quantised weights, 1..4 rows (qkv_rope_gemv_supported). wv: empty when
+// wqkv holds the v rows too, or the v rows as a matrix of their own type (then wqkv holds only q
+// and k; qkv_stack_gemv_supported's type pairs), in the same launch.
+bool qkv_rope_gemv_supported(const TensorView& wqkv, const TensorView& wv, int64_t n_rows);
+// The CTAs of that launch for wqkv (and wv) and n_rows rows (its grid, as the launcher computes it).
+int64_t qkv_rope_gemv_ctas(const TensorView& wqkv, const TensorView& wv, int64_t n_rows);
+void launch_qkv_rope_gemv(const TensorView& wqkv, const TensorView& wv, const QxView& qx, const TensorView& bias,
+                          const DeviceBatch& batch, const DeviceKvLayer& kv, int32_t n_heads, const float* inv_freq,
+                          const TensorView& q, cudaStream_t stream);
+// qk = wqk x and v = wv x (F32, no bias) in one launch, for a QKV projection whose v rows are of
+// another type than its q and k rows (a Q4_K_M file: Q4_K q | k and Q6_K v, or Q4_0 and Q8_0
+// where rows are not whole super-blocks); 1..kGemvMaxColumns rows.
+bool qkv_stack_gemv_supported(const TensorView& wqk, const TensorView& wv, int64_t n_rows);
+void launch_qkv_stack_gemv(const TensorView& wqk, const TensorView& wv, const QxView& qx, const TensorView& qk,
+                           const TensorView& v, cudaStream_t stream);
 
 // Quantised W [n_out][n_in] against qx (n_tokens = qx.n_rows; launches of <= kGemvMaxColumns
 // columns, more than one only in batch-invariant mode); out F32.

@@ -393,24 +393,26 @@ __global__ void draw_finish_kernel(const double* part_score, const int32_t* part
     keys[row] = 0;
 }
 
-// Where rope_kv_store_kernel reads a token's projections. FusedQkvRows: one qkv row ([q_dim |
-// kv_dim | kv_dim] f32, q and k rows in RoPE pairs, rope.cuh) plus bias (the same width and order,
-// or null: added first, as a matmul with bias would). SplitQkvRows: separate q, k, v rows in head-dim
-// order (unfused projections, no bias). pair(row, idx): the pair (dim i, dim i + half) of q / k
-// head idx / half (q heads first), i = idx % half; v(row, idx): value idx of the row's v part.
+// Where rope_kv_store_kernel reads a token's projections. FusedQkvRows: the fused QKV rows (q and
+// k rows in RoPE pairs, rope.cuh): a token's q | k part at qk + row * qk_width and its v part at
+// v_rows + row * v_width (one [q_dim | kv_dim | kv_dim] row, or with V apart two planes, ops.cuh),
+// plus bias ([q_dim + 2 kv_dim] in the stacked order, or null: added first, as a matmul with bias
+// would). SplitQkvRows: separate q, k, v rows in head-dim order (unfused projections, no bias).
+// pair(row, idx): the pair (dim i, dim i + half) of q / k head idx / half (q heads first), i = idx
+// % half; v(row, idx): value idx of the row's v part.
 struct FusedQkvRows {
-    const float* qkv;
+    const float* qk;
+    const float* v_rows;
     const float* bias;
-    int32_t width, v_offset;  // q_dim + 2 kv_dim; q_dim + kv_dim
+    int32_t qk_width, v_width, v_offset;  // v_offset: q_dim + kv_dim, the v part's first bias index
     __device__ __forceinline__ float2 pair(int row, int32_t idx, int32_t) const {
-        const float* src = qkv + static_cast<int64_t>(row) * width;
+        const float* src = qk + static_cast<int64_t>(row) * qk_width;
         const int64_t c = 2 * static_cast<int64_t>(idx);  // the pair's rows
         return bias ? make_float2(src[c] + bias[c], src[c + 1] + bias[c + 1]) : make_float2(src[c], src[c + 1]);
     }
     __device__ __forceinline__ float v(int row, int32_t idx) const {
-        const int64_t c = v_offset + idx;
-        const float x = qkv[static_cast<int64_t>(row) * width + c];
-        return bias ? x + bias[c] : x;
+        const float x = v_rows[static_cast<int64_t>(row) * v_width + idx];
+        return bias ? x + bias[v_offset + idx] : x;
     }
 };
 struct SplitQkvRows {
@@ -705,7 +707,7 @@ QkvRopeOut qkv_rope_out(const DeviceBatch& batch, const DeviceKvLayer& kv, int32
 
 void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& qkv,
                           const TensorView& bias, int32_t n_heads, const float* inv_freq, const TensorView& q,
-                          cudaStream_t stream) {
+                          bool v_apart, cudaStream_t stream) {
     const int64_t q_dim = static_cast<int64_t>(n_heads) * kv.head_dim, kv_dim = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
     MVLLM_CHECK(qkv.type == DType::F32 && q.type == DType::F32 && qkv.ne[0] == q_dim + 2 * kv_dim && q.ne[0] == q_dim &&
                 qkv.ne[1] == batch.n_tokens)
@@ -713,8 +715,9 @@ void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, con
     MVLLM_CHECK(!bias.data || (bias.type == DType::F32 && bias.ne[0] == qkv.ne[0])) << "rope_kv_store bias";
     if (batch.n_tokens == 0) return;
     MVLLM_CHECK(kv.head_dim <= 2 * kMaxRopePairs) << "rope_kv_store head_dim " << kv.head_dim;
-    const FusedQkvRows rows{static_cast<const float*>(qkv.data), static_cast<const float*>(bias.data),
-                            static_cast<int32_t>(q_dim + 2 * kv_dim), static_cast<int32_t>(q_dim + kv_dim)};
+    const QkvPlanes planes = qkv_planes(static_cast<const float*>(qkv.data), q_dim, kv_dim, batch.n_tokens, v_apart);
+    const FusedQkvRows rows{planes.qk, planes.v, static_cast<const float*>(bias.data), static_cast<int32_t>(planes.qk_width),
+                            static_cast<int32_t>(planes.v_width), static_cast<int32_t>(q_dim + kv_dim)};
     launch_pdl(rope_kv_store_kernel<FusedQkvRows>, rope_kv_store_grid(batch), 256, 0, stream, rows,
                qkv_rope_out(batch, kv, n_heads, inv_freq, q));
     MVLLM_CUDA_LAUNCH_CHECK();

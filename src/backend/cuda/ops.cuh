@@ -103,12 +103,26 @@ void launch_row_scores(const TensorView& x, const ScoreAsk* asks, int64_t n_asks
 // thread per row; argmax, max_logprob and out may be mapped host memory.
 void launch_target_logprob(const TensorView& x, const int32_t* targets, const int32_t* argmax,
                            const float* max_logprob, float* out, cudaStream_t stream);
-// From qkv [n_tokens][q_dim | kv_dim | kv_dim] f32 plus bias (f32 [q_dim + 2 kv_dim], or none):
-// q = RoPE(q part) (q: [n_tokens][q_dim] f32); RoPE(k part) and the v part written to the tokens'
-// cache slots. inv_freq [head_dim / 2] f32.
+// The fused QKV rows of n_tokens tokens (f32; q and k rows in RoPE pairs, rope.cuh): one [q_dim |
+// kv_dim | kv_dim] row a token, or, where V is a matrix of its own (v_apart: a Q4_K_M file's Q6_K V
+// beside its stacked Q4_K q | k), the q | k rows [n_tokens][q_dim + kv_dim] followed by the v rows
+// [n_tokens][kv_dim]: the same buffer, as a matmul by each matrix writes it.
+struct QkvPlanes {
+    const float* qk;  // token t's q | k part at qk + t * qk_width
+    const float* v;   // its v part at v + t * v_width
+    int64_t qk_width, v_width;
+};
+inline QkvPlanes qkv_planes(const float* qkv, int64_t q_dim, int64_t kv_dim, int64_t n_tokens, bool v_apart) {
+    if (!v_apart) return {qkv, qkv + q_dim + kv_dim, q_dim + 2 * kv_dim, q_dim + 2 * kv_dim};
+    return {qkv, qkv + n_tokens * (q_dim + kv_dim), q_dim + kv_dim, kv_dim};
+}
+
+// From qkv (the fused QKV rows of n_tokens tokens, f32; qkv_planes) plus bias (f32 [q_dim + 2
+// kv_dim], or none): q = RoPE(q part) (q: [n_tokens][q_dim] f32); RoPE(k part) and the v part
+// written to the tokens' cache slots. inv_freq [head_dim / 2] f32.
 void launch_rope_kv_store(const DeviceBatch& batch, const DeviceKvLayer& kv, const TensorView& qkv,
                           const TensorView& bias, int32_t n_heads, const float* inv_freq, const TensorView& q,
-                          cudaStream_t stream);
+                          bool v_apart, cudaStream_t stream);
 // The same from the unfused projections q [n_tokens][q_dim], k and v [n_tokens][kv_dim] f32 (head-dim
 // order, no bias): q rotated in place, RoPE(k) and v written to the tokens' cache slots (k itself
 // is left as it was).
