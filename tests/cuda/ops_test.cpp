@@ -552,6 +552,7 @@ TEST(CudaOps, QkvWithVApartEqualsUnfusedProjections) {
         DType qk_type, v_type;
     };
     uint64_t seed = 1100;
+    constexpr float kPoison = 60000.0f;
     for (const Geometry& geo : {Geometry{14, 2, 64, 896, DType::Q4_0, DType::Q8_0},
                                 Geometry{28, 4, 128, 3584, DType::Q4_K, DType::Q6_K}}) {
         const int32_t n_heads = geo.n_heads, n_kv = geo.n_kv, hd = geo.hd, block = 16, half = hd / 2;
@@ -609,9 +610,11 @@ TEST(CudaOps, QkvWithVApartEqualsUnfusedProjections) {
                     be->upload(xv.data(), x);
                     TensorView q = be->alloc(DType::F32, q_dim, n_rows), k = be->alloc(DType::F32, kv_dim, n_rows),
                                v = be->alloc(DType::F32, kv_dim, n_rows), qkv = be->alloc(DType::F32, n_qk + kv_dim, n_rows);
-                    // Poison q and the rows' cache slots: each path must write them all itself.
-                    const std::vector<float> poison_q(static_cast<size_t>(q_dim * n_rows), 7.0f);
-                    const std::vector<float> poison_kv(static_cast<size_t>(kv_dim * n_rows), -3.0f);
+                    // Poison q and the rows' cache slots: each path must write them all itself. (The
+                    // poison is exact in F16 and far beyond these projections' values, which
+                    // reach the tens: F16 rounding makes values such as -3 possible.)
+                    const std::vector<float> poison_q(static_cast<size_t>(q_dim * n_rows), kPoison);
+                    const std::vector<float> poison_kv(static_cast<size_t>(kv_dim * n_rows), kPoison);
                     be->upload(poison_q.data(), q);
                     be->upload(poison_kv.data(), k);
                     be->upload(poison_kv.data(), v);
@@ -647,8 +650,8 @@ TEST(CudaOps, QkvWithVApartEqualsUnfusedProjections) {
                 EXPECT_LE(rel_max_error(k1, k0), 1e-3) << "K in the cache";
                 EXPECT_LE(rel_max_error(v1, v0), 1e-3) << "V in the cache";
                 int64_t poisoned = 0;
-                for (size_t i = 0; i < k1.size(); ++i) poisoned += (k1[i] == -3.0f) + (v1[i] == -3.0f);
-                for (float x : q_out[1]) poisoned += x == 7.0f;
+                for (size_t i = 0; i < k1.size(); ++i) poisoned += (k1[i] == kPoison) + (v1[i] == kPoison);
+                for (float x : q_out[1]) poisoned += x == kPoison;
                 EXPECT_EQ(poisoned, 0) << "q values or K / V slots left unwritten";
             }
         }
