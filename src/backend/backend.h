@@ -12,6 +12,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/draw.h"
@@ -123,6 +124,16 @@ public:
     virtual bool fuses_qkv() const { return false; }
     // Whether a backend that fuses QKV also takes V apart (else such a file's layers stay unfused).
     virtual bool fuses_qkv_v_apart() const { return fuses_qkv(); }
+    // The two planes of qkv with V apart: wqkv x ([n_rows][q_dim + kv_dim]), then wv x ([n_rows][kv_dim]).
+    static std::pair<TensorView, TensorView> qkv_planes(const TensorView& qkv, const TensorView& wqkv,
+                                                        const TensorView& wv, const TensorView& x) {
+        TensorView qk = qkv, v = qkv;
+        qk.ne = {wqkv.ne[1], x.ne[1], 1, 1};
+        v.ne = {wv.ne[1], x.ne[1], 1, 1};
+        v.data = static_cast<float*>(qkv.data) + qk.n_elements();
+        MVLLM_CHECK(qkv.type == DType::F32 && qk.ne[0] + v.ne[0] == qkv.ne[0] && qkv.ne[1] == x.ne[1]) << "qkv planes";
+        return {qk, v};
+    }
     // qkv = the fused QKV rows of x ([n_rows][q_dim + 2 kv_dim] f32): wqkv x, or with V apart the
     // planes wqkv x ([n_rows][q_dim + kv_dim]) then wv x ([n_rows][kv_dim]) in the same buffer.
     virtual void matmul_qkv(const TensorView& wqkv, const TensorView& wv, const TensorView& x, const TensorView& qkv) {
@@ -130,11 +141,7 @@ public:
             matmul(wqkv, x, TensorView{}, qkv);
             return;
         }
-        TensorView qk = qkv, v = qkv;
-        qk.ne = {wqkv.ne[1], x.ne[1], 1, 1};
-        v.ne = {wv.ne[1], x.ne[1], 1, 1};
-        v.data = static_cast<float*>(qkv.data) + qk.n_elements();
-        MVLLM_CHECK(qkv.type == DType::F32 && qk.ne[0] + v.ne[0] == qkv.ne[0] && qkv.ne[1] == x.ne[1]) << "matmul_qkv shapes";
+        const auto [qk, v] = qkv_planes(qkv, wqkv, wv, x);
         matmul(wqkv, x, TensorView{}, qk);
         matmul(wv, x, TensorView{}, v);
     }

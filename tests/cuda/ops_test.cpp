@@ -458,6 +458,13 @@ KvCacheConfig one_layer_cache(int32_t n_kv_heads, int32_t head_dim, int32_t bloc
     return kc;
 }
 
+// RoPE frequencies of base 1e6 (Qwen2's) for head_dim hd.
+std::vector<float> test_inv_freq(int32_t hd) {
+    std::vector<float> inv_freq(hd / 2);
+    for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / hd);
+    return inv_freq;
+}
+
 // One sequence per row, at scattered positions (the last far into the context, up to 38K: the
 // rotation's angle in double) with shuffled block tables over a cache of n_blocks blocks.
 Batch scattered_rows(int32_t n_rows, int32_t block, int64_t n_blocks) {
@@ -489,8 +496,7 @@ TEST(CudaOps, QkvRopeGemvEqualsMatmulThenRopeKvStore) {
         SCOPED_TRACE("heads " + std::to_string(geo.n_heads) + " / " + std::to_string(geo.n_kv) + " x " + std::to_string(geo.hd));
         const int32_t n_heads = geo.n_heads, n_kv = geo.n_kv, hd = geo.hd, block = 16;
         const int64_t n_in = geo.n_in, q_dim = n_heads * hd, kv_dim = n_kv * hd, n_out = q_dim + 2 * kv_dim;
-        std::vector<float> inv_freq(hd / 2);
-        for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / hd);
+        const std::vector<float> inv_freq = test_inv_freq(hd);
         const RopeParams rope{inv_freq.data(), hd};
         const KvCacheConfig kc = one_layer_cache(n_kv, hd, block, DType::F16);
         auto cache = be->create_kv_cache(kc);
@@ -558,8 +564,7 @@ TEST(CudaOps, QkvWithVApartEqualsUnfusedProjections) {
         const int32_t n_heads = geo.n_heads, n_kv = geo.n_kv, hd = geo.hd, block = 16, half = hd / 2;
         const int64_t n_in = geo.n_in, q_dim = n_heads * hd, kv_dim = n_kv * hd, n_qk = q_dim + kv_dim;
         SCOPED_TRACE(std::string(type_name(geo.qk_type)) + " q | k, " + type_name(geo.v_type) + " v");
-        std::vector<float> inv_freq(hd / 2);
-        for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / hd);
+        const std::vector<float> inv_freq = test_inv_freq(hd);
         const RopeParams rope{inv_freq.data(), hd};
         const KvCacheConfig kc = one_layer_cache(n_kv, hd, block, DType::F16);
         auto cache = be->create_kv_cache(kc);
@@ -676,8 +681,7 @@ TEST(CudaOps, RopeQkKvStoreEqualsRopeThenKvStore) {
     for (const Geometry& geo : {Geometry{14, 2, 64}, Geometry{28, 4, 128}}) {
         const int32_t n_heads = geo.n_heads, n_kv = geo.n_kv, hd = geo.hd, block = 16;
         const int64_t q_dim = n_heads * hd, kv_dim = n_kv * hd;
-        std::vector<float> inv_freq(hd / 2);
-        for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / hd);
+        const std::vector<float> inv_freq = test_inv_freq(hd);
         const RopeParams rope{inv_freq.data(), hd};
         for (DType cache_type : {DType::F16, DType::F32}) {
             const KvCacheConfig kc = one_layer_cache(n_kv, hd, block, cache_type);

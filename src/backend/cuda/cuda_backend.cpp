@@ -493,11 +493,7 @@ void CudaBackend::matmul_qkv(const TensorView& wqkv, const TensorView& wv, const
         Backend::matmul_qkv(wqkv, wv, x, qkv);
         return;
     }
-    TensorView qk = qkv, v = qkv;
-    qk.ne = {wqkv.ne[1], x.ne[1], 1, 1};
-    v.ne = {wv.ne[1], x.ne[1], 1, 1};
-    v.data = static_cast<float*>(qkv.data) + qk.n_elements();
-    MVLLM_CHECK(qkv.type == DType::F32 && qk.ne[0] + v.ne[0] == qkv.ne[0] && qkv.ne[1] == x.ne[1]) << "matmul_qkv shapes";
+    const auto [qk, v] = qkv_planes(qkv, wqkv, wv, x);
     im.wrote(qkv);
     cuda::launch_qkv_stack_gemv(wqkv, wv, *qx, qk, v, im.stream);
 }
