@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "core/half.h"
 #include "core/types.h"
 #include "kv/batch.h"
 
@@ -20,6 +22,29 @@ namespace mvllm::test {
     do {                                                                            \
         if (!::mvllm::cuda_device_available()) GTEST_SKIP() << "no CUDA device"; \
     } while (0)
+
+// Random GGUF blocks of `type` (random quants and 6-bit scales) whose f16 d (and Q4_K dmin) are
+// small normal values: matrices of any size without the reference quantiser's cost (Q6_K takes
+// ~300 ns per value).
+inline std::vector<uint8_t> random_blocks(DType type, int64_t n_in, int64_t n_out, uint64_t seed) {
+    std::vector<uint8_t> bytes(row_size(type, n_in) * n_out);
+    std::mt19937_64 rng(seed);
+    for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
+        const uint64_t r = rng();
+        std::memcpy(&bytes[i], &r, 8);
+    }
+    const int64_t block_bytes = static_cast<int64_t>(row_size(type, 256)) / (type == DType::Q4_K || type == DType::Q6_K ? 1 : 8);
+    const std::vector<int64_t> d_offsets = type == DType::Q4_K ? std::vector<int64_t>{0, 2}
+                                           : type == DType::Q6_K ? std::vector<int64_t>{208}
+                                                                 : std::vector<int64_t>{0};
+    std::uniform_real_distribution<float> mag(0.5f, 1.0f);
+    for (size_t b = 0; b + block_bytes <= bytes.size(); b += block_bytes)
+        for (int64_t off : d_offsets) {
+            const uint16_t h = f32_to_f16(mag(rng) * (rng() & 1 ? -1.0f : 1.0f) / 256.0f);
+            std::memcpy(&bytes[b + off], &h, 2);
+        }
+    return bytes;
+}
 
 // A CUDA backend with options o (null, with a failed expectation, when it cannot be made).
 inline std::unique_ptr<CudaBackend> make_cuda(const CudaBackendOptions& o) {
