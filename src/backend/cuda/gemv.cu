@@ -101,15 +101,17 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
     // launch), the first kFirst items of every row load into registers (Q4_0: the loop's whole
     // first step; Q8_0 and Q4_K: one item), then the wait; they are dotted in the loop's order, so
     // the sums are the same. (Q4_K's first item before the wait: 7B Q4_K_M decode +1.2 % on an
-    // H100, bench/NOTES.md, forty-fourth session.) Q6_K loads one item early at one column outside
-    // a pair (the one-column matrices under the streaming GEMV's floor, as the 0.5B's down
-    // projection, and the V rows of a stacked QKV); otherwise its items (three 16-byte loads and
-    // the scales) go to L2 before the wait.
+    // H100, bench/NOTES.md, forty-fourth session.) Q6_K loads its whole first loop step (two
+    // items) early at one column outside a pair and the RoPE epilogue: the one-column matrices under
+    // the streaming GEMV's floor, as the 0.5B's down projection (0.5B Q4_K_M decode +10 % on an
+    // H100; one item: +6.6 %; forty-fifth session). In the 7B's stacked QKV with the epilogue the
+    // early items cost registers (96 -> 138) and 2.7 % of 7B Q4_K_M decode: there, and otherwise,
+    // Q6_K's items (three 16-byte loads and the scales) go to L2 before the wait.
     constexpr int kUnroll = items_unrolled<T, NT, kPair>();
-    constexpr int kFirst = T == DType::Q4_0                       ? kUnroll
-                           : T == DType::Q8_0 || T == DType::Q4_K ? 1
-                           : T == DType::Q6_K && NT == 1 && !kPair ? 1
-                                                                  : 0;
+    constexpr int kFirst = T == DType::Q4_0                                  ? kUnroll
+                           : T == DType::Q8_0 || T == DType::Q4_K            ? 1
+                           : T == DType::Q6_K && NT == 1 && !kPair && !kRope ? kUnroll
+                                                                             : 0;
     const bool late_trigger = (early & kLateTriggerFlag) != 0;
     if (!late_trigger) pdl_trigger();
     // kRope: the rotation depends only on the step's metadata (uploaded before the first kernel),
