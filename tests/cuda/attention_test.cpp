@@ -245,6 +245,25 @@ TEST(CudaAttention, DecodePlanClustersShortSplitsInOneWave) {
     EXPECT_EQ(inv.split.n_splits, 8);
 }
 
+// The decode kernel's shape: 4 warps where a batch's (row, KV head) pairs fill the SMs at short
+// contexts; for one row at the shortest bucket, 4 warps at head_dim 64 (the 0.5B) and one split at
+// head_dim 128 (the 7B); otherwise 8 warps and plan_decode's splits.
+TEST(CudaAttention, DecodeShapeRulesAtShortContexts) {
+    if (std::getenv("MVLLM_ATTN_WARPS") || std::getenv("MVLLM_ATTN_SHORT"))
+        GTEST_SKIP() << "the rules under test are overridden by the environment";
+    EXPECT_EQ(cuda::decode_warps(1, 2, 256, 64, 132), 4);     // 0.5B, batch 1, bucket 256
+    EXPECT_EQ(cuda::decode_warps(1, 2, 512, 64, 132), 8);     // the next bucket
+    EXPECT_EQ(cuda::decode_warps(1, 4, 256, 128, 132), 8);    // 7B: one split instead
+    EXPECT_EQ(cuda::decode_warps(2, 2, 256, 64, 132), 8);     // two rows: not measured, the old rule
+    EXPECT_EQ(cuda::decode_warps(64, 4, 2048, 128, 132), 4);  // 256 pairs fill the SMs
+    EXPECT_EQ(cuda::decode_warps(64, 4, 4096, 128, 132), 8);
+    EXPECT_TRUE(cuda::decode_one_split(1, 256, 128));
+    EXPECT_TRUE(cuda::decode_one_split(1, 160, 128));
+    EXPECT_FALSE(cuda::decode_one_split(1, 512, 128));
+    EXPECT_FALSE(cuda::decode_one_split(1, 256, 64));
+    EXPECT_FALSE(cuda::decode_one_split(3, 256, 128));
+}
+
 // With one_cluster_tokens, a row whose plan would take several clusters (merged again in global
 // memory) keeps one cluster of longer splits, while those stay within the limit and the clusters
 // fit one wave; every other plan is the one without the rule.

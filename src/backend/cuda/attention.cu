@@ -142,6 +142,11 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     DecodePlan plan = plan_decode(decode_rows, kv.n_kv_heads * n_tiles, batch.max_context, n_sms * ctas_per_sm,
                                   cluster_slots, 2 * W * mma_decode::kTile, min_split_tokens(W),
                                   cluster_merge_mode(), batch_invariant, one_cluster_tokens());
+    if (!batch_invariant && decode_one_split(decode_rows, batch.max_context, HD)) {
+        plan.cluster = 1;
+        plan.split.split_tokens = static_cast<int32_t>(ceil_div(batch.max_context, mma_decode::kTile) * mma_decode::kTile);
+        plan.split.n_splits = 1;
+    }
     // MVLLM_ATTN_SPLITS=n (measurements only): n splits of whole tiles per row, no clusters.
     static const int32_t forced_splits = env_int("MVLLM_ATTN_SPLITS", 0);
     if (forced_splits > 0 && !batch_invariant) {
@@ -198,20 +203,6 @@ void decode_dispatch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Te
                                     rows, decode_rows, qx, maps, raw, next);
 }
 
-// Warps per CTA of the decode kernel: 4 (two CTAs per SM at head_dim 128) when the batch's
-// (row, KV head) pairs alone fill the SMs and the contexts are short, else 8 (one CTA per SM).
-// Measured on the H200 (bench attention --batches 64, bench/NOTES.md, tenth session): 64 7B rows
-// take 23.4 / 41.5 / 78.9 us with 4 warps at 512 / 1024 / 2048 tokens against 28.7 / 47.3 / 82.9
-// with 8, and the 7B 64-sequence decode step ~2 % less graph time; at 4096 tokens 4 warps take
-// twice as long (306 against 158 us, cause not established), hence the context bound.
-// MVLLM_ATTN_WARPS=4|8 forces either.
-constexpr int32_t kFourWarpsMaxContext = 2048;
-int decode_warps(int64_t n_pairs, int32_t max_context, int32_t n_sms) {
-    static const int forced = env_int("MVLLM_ATTN_WARPS", 0);
-    if (forced == 4 || forced == 8) return forced;
-    return n_pairs >= n_sms && max_context <= kFourWarpsMaxContext ? 4 : 8;
-}
-
 // F16/BF16 KV: the tensor-core kernels. Sequences with a prefill chunk of at least a row tile go
 // to the tiled prefill kernel (attention_prefill.cuh); the other rows to the decode kernel
 // (attention_mma.cuh), one launch with its splits merged in-kernel.
@@ -251,7 +242,7 @@ bool fused_mma_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const T
     const bool with_qx = qx && HD % 32 == 0 && rows == nullptr;
     const QxView q_out = with_qx ? *qx : QxView{};
     // Batch-invariant mode keeps one fixed kernel shape (its split positions are fixed anyway).
-    if (!batch_invariant && decode_warps(static_cast<int64_t>(decode_rows) * kv.n_kv_heads, batch.max_context, n_sms) == 4)
+    if (!batch_invariant && decode_warps(decode_rows, kv.n_kv_heads, batch.max_context, HD, n_sms) == 4)
         decode_dispatch<HD, KT, 4>(batch, kv, q, out, n_heads, scale_log2, scratch, n_sms, stream, batch_invariant, rows,
                                    decode_rows, q_out, raw ? *raw : RawQkv{}, next);
     else

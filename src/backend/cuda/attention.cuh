@@ -102,6 +102,27 @@ void force_one_cluster_tokens(int32_t tokens);
 // restores them. Host rule, no GPU needed.
 bool spread_merge(int32_t n_parts, bool one_wave, int ctas_per_sm);
 void force_spread_merge(int on);
+// Warps per CTA of the decode kernel (F16/BF16 KV, not batch-invariant): 4 (two CTAs per SM at
+// head_dim 128) when the batch's (row, KV head) pairs alone fill the SMs and the contexts are
+// short, else 8 (one CTA per SM). Measured on the H200 (bench attention --batches 64, bench/NOTES.md,
+// tenth session): 64 7B rows take 23.4 / 41.5 / 78.9 us with 4 warps at 512 / 1024 / 2048 tokens
+// against 28.7 / 47.3 / 82.9 with 8, and the 7B 64-sequence decode step ~2 % less graph time; at
+// 4096 tokens 4 warps take twice as long (306 against 158 us, cause not established), hence the
+// context bound. Also 4 for one row of head_dim <= 64 at the shortest context bucket (kShortBucket):
+// there the kernel is its chain (Q after the wait, a tile a warp, the warps' merge, the cluster's
+// merge), and four splits of 4 warps in a cluster of 4 beat two of 8 in a cluster of 2: batch-1
+// decode of the 0.5B q4_0 after 128 tokens +2.7 / +3.6 % on an H100 (two calls), -0.5 % at the 1K
+// bucket and -2.3 % at 4K (bench/NOTES.md, forty-fifth session). MVLLM_ATTN_WARPS=4|8 forces either;
+// MVLLM_ATTN_SHORT=0 turns the one-row rules at the shortest bucket off. Host rule, no GPU needed.
+constexpr int32_t kFourWarpsMaxContext = 2048;
+// The shortest context bucket of the step graphs (graph_step.cpp): contexts up to 256 tokens.
+constexpr int32_t kShortBucket = 256;
+int decode_warps(int32_t n_rows, int32_t n_kv_heads, int32_t max_context, int32_t head_dim, int32_t n_sms);
+// One split (one CTA per KV head, no cluster) for one row of head_dim >= 128 at the shortest bucket,
+// instead of the two 128-token splits in a cluster of 2 that plan_decode gives: batch-1 decode of the
+// 7B q4_0 after 128 tokens +1.3 / +1.4 % on an H100 (two calls), -1.5 % at the 512 bucket (bench/
+// NOTES.md, forty-fifth session). MVLLM_ATTN_SHORT=0 turns it off. Host rule, no GPU needed.
+bool decode_one_split(int32_t n_rows, int32_t max_context, int32_t head_dim);
 // What the stream runs after an attention launch, for the decode kernel's trigger rule: the model's
 // output projection (a matmul: the default), or another attention launch (`bench attention`, B1).
 enum class AttentionNext { Matmul, Attention };

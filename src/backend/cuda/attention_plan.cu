@@ -81,6 +81,27 @@ bool spread_merge(int32_t n_parts, bool one_wave, int ctas_per_sm) {
     return on > 0 || ctas_per_sm >= 2;
 }
 
+// MVLLM_ATTN_WARPS=4|8 forces the warps; MVLLM_ATTN_SHORT=0 turns the one-row rules at the
+// shortest bucket off (A/B measurements).
+namespace {
+bool short_rules_on() {
+    static const bool on = env_int("MVLLM_ATTN_SHORT", 1) != 0;
+    return on;
+}
+}  // namespace
+
+int decode_warps(int32_t n_rows, int32_t n_kv_heads, int32_t max_context, int32_t head_dim, int32_t n_sms) {
+    static const int forced = env_int("MVLLM_ATTN_WARPS", 0);
+    if (forced == 4 || forced == 8) return forced;
+    if (static_cast<int64_t>(n_rows) * n_kv_heads >= n_sms && max_context <= kFourWarpsMaxContext) return 4;
+    if (short_rules_on() && n_rows == 1 && head_dim <= 64 && max_context <= kShortBucket) return 4;
+    return 8;
+}
+
+bool decode_one_split(int32_t n_rows, int32_t max_context, int32_t head_dim) {
+    return short_rules_on() && n_rows == 1 && head_dim >= 128 && max_context <= kShortBucket;
+}
+
 int decode_trigger_mode(int32_t n_rows, int32_t n_parts, int ctas_per_sm, AttentionNext next) {
     static const int forced = env_int("MVLLM_ATTN_TRIGGER", -1);
     if (forced >= 0) return forced;
