@@ -6,9 +6,9 @@ Each record is one CTA: %globaltimer (ns) and clock64 at fourteen marks: 0 entry
 2 early loads issued, 3 griddepcontrol.wait over, 4 Q fragments built (its last value back), 5 tiles
 done, 6 the CTA's warps merged (partials stored), 7 split counted or cluster merge done, 8 final
 merge done (0 when this CTA did not merge), 9 the tiles left for after the wait issued, 10 the
-first Q value back, 11 a load through L2 of Q's first line issued right after the wait, back, then
-(with the fused QKV row) 12 one of its bias, 13 one of the row's rotations, each issued after the
-previous probe's return (0 where not probed; files of older builds lack marks 9-13). Records of one launch share a K-cache pointer; a launch is split from the
+first Q value back, 11 the cluster merge's first barrier passed, 12 its items stored (0 where not
+reached; builds before session 47 used 11-13 for probes of Q's inputs, which sat on the chain).
+Records of one launch share a K-cache pointer; a launch is split from the
 next one with the same pointer by a gap in its start times.
 
 Usage: scripts/attention_timeline.py [--detail] FILE.csv [...]  prints, per file, medians over the
@@ -53,8 +53,9 @@ def med(xs):
 
 PHASES = [  # name, from mark, to mark
     ("metadata", 0, 1), ("early_loads", 1, 2), ("q", 3, 4), ("q_issue", 3, 9), ("q_first", 9, 10),
-    ("q_rest", 10, 4), ("probe", 3, 11), ("probe_bias", 11, 12), ("probe_rot", 12, 13), ("tiles", 4, 5),
+    ("q_rest", 10, 4), ("tiles", 4, 5),
     ("warp_merge", 5, 6), ("split_count", 6, 7), ("final_merge", 7, 8),
+    ("cm_barrier", 6, 11), ("cm_items", 11, 12), ("cm_exit", 12, 7),
 ]
 
 
@@ -73,6 +74,9 @@ def summarise(path):
         s["tiles_first"] = min(r["ns5"] for r in rs if r["ns5"]) - w0
         s["tiles_last"] = max(r["ns5"] for r in rs) - w0
         s["stored_last"] = max(r["ns6"] for r in rs) - w0
+        if any(r.get("ns11") for r in rs):  # the cluster merge: its last CTA past the first barrier, done storing
+            s["cm_pass_last"] = max(r["ns11"] for r in rs) - w0
+            s["cm_stored_last"] = max(r["ns12"] for r in rs) - w0
         mergers = [r for r in rs if r["ns8"]]
         if mergers:
             s["merge_begin"] = min(r["ns7"] for r in mergers) - w0

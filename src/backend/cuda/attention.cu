@@ -58,7 +58,8 @@ int32_t min_split_tokens(int warps) {
 
 // The decode kernel's flags: its first tiles before the PDL wait (MVLLM_EARLY_LOADS), the chunked
 // split merge in place of the warp merge (MVLLM_ATTN_MERGE=chunked) or its 8-part groups
-// (MVLLM_ATTN_MERGE=x8), the split count's earlier fences (MVLLM_ATTN_FENCE=sc), where it lets
+// (MVLLM_ATTN_MERGE=x8), the split count's earlier fences (MVLLM_ATTN_FENCE=sc), the cluster
+// merge's full exit barrier (MVLLM_ATTN_CLUSTER_EXIT=full), where it lets
 // the next kernel launch (decode_trigger_mode), and each row's context spread over all the splits
 // unless batch-invariant (MVLLM_ATTN_ROW_SPLITS=0: fixed positions; measurements only), L2
 // prefetches of Q's inputs before the wait (on by default; MVLLM_ATTN_PREFETCH_Q=0 turns them off:
@@ -74,13 +75,17 @@ int decode_flags(bool batch_invariant, int32_t n_rows, int32_t n_parts, int ctas
         const char* v = std::getenv("MVLLM_ATTN_FENCE");
         return v && std::strcmp(v, "sc") == 0 ? mma_decode::kScFence : 0;
     }();
+    static const int cluster_exit = [] {
+        const char* v = std::getenv("MVLLM_ATTN_CLUSTER_EXIT");
+        return v && std::strcmp(v, "full") == 0 ? mma_decode::kClusterFullExit : 0;
+    }();
     static const bool row_splits = env_on("MVLLM_ATTN_ROW_SPLITS");
     static const bool prefetch_q = env_int("MVLLM_ATTN_PREFETCH_Q", 1) != 0;
     constexpr int kTriggers[] = {0, mma_decode::kTriggerAfterQ, mma_decode::kTriggerAfterTiles,
                                  mma_decode::kTriggerAfterMerge, mma_decode::kTriggerAtExit};
     const int mode = decode_trigger_mode(n_rows, n_parts, ctas_per_sm, next);
     const int trigger = mode >= 0 && mode < 5 ? kTriggers[mode] : 0;
-    return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | merge | fence | trigger |
+    return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | merge | fence | cluster_exit | trigger |
            (prefetch_q ? mma_decode::kPrefetchQ : 0) |
            (row_splits && !batch_invariant ? mma_decode::kRowSplits : 0);
 }

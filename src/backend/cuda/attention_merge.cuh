@@ -17,6 +17,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "backend/cuda/attention_timeline.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/mma_ptx.cuh"
 #include "backend/cuda/qx.cuh"
@@ -84,17 +85,24 @@ __device__ __forceinline__ void store_part(float* part_o, float* part_ml, int64_
 // until all have read it. The result (stored as the items are merged) is the output (`final`) or
 // the part's entry in the global partials. The arithmetic and its order (split by split) are those
 // of the few-part global merge.
+// relaxed_exit: the second barrier's arrival is relaxed (it orders nothing: the remote values it
+// guards were consumed by the stores already issued), so that a CTA does not wait for its stores
+// to drain before the others may leave; otherwise a full cluster.sync (arrive.release), the
+// earlier form, for A/B measurements. Timeline builds mark 11 (first barrier passed) and 12 (the
+// items stored) in thread 0.
 template <int HD>
 __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s_max, const float* s_sum,
                                               int32_t n_g, int32_t n_active, int64_t head_row0, bool final,
                                               void* out, DType out_type, const QxView& qx, float* part_o,
-                                              float* part_ml, int32_t n_parts, int32_t part) {
+                                              float* part_ml, int32_t n_parts, int32_t part, bool relaxed_exit,
+                                              Timeline& tl) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     const int32_t size = static_cast<int32_t>(cluster.num_blocks());
     const int32_t n_mine = min(size, n_active - part * size);  // this part's active splits
     cluster.sync();
+    tl.mark(11);
     const int32_t stride = size * static_cast<int32_t>(blockDim.x);
     for (int32_t idx = static_cast<int32_t>(cluster.block_rank() * blockDim.x + threadIdx.x); idx < n_g * HD;
          idx += stride) {
@@ -121,7 +129,14 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
         if (final) store_out(out, out_type, qx, (head_row0 + head) * HD + idx % HD, o / sum);
         else store_part(part_o, part_ml, head_row0 + head, n_parts, part, HD, idx % HD, o, mx, sum);
     }
-    cluster.sync();  // the loads above have returned: the other CTAs may leave
+    tl.mark(12);
+    if (relaxed_exit) {
+        // Every remote value loaded above fed a store issued above, so its load has returned.
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+        asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+    } else {
+        cluster.sync();  // the loads above have returned: the other CTAs may leave
+    }
 #endif
 }
 

@@ -304,6 +304,8 @@ struct NewKv {
 // loads after the wait. The host picks one (decode_trigger_mode: after Q up to kGemvMaxColumns
 // rows, after the merge for split-merge plans of one CTA an SM that a matmul follows); kTriggerAfterTiles and
 // kTriggerAtExit (no trigger: the next kernel launches as the CTAs exit) are for measurements.
+// kClusterFullExit: the cluster merge leaves through a full cluster.sync instead of a relaxed
+// arrival (cluster_merge; the earlier form, for A/B measurements).
 // kPrefetchQ: before the PDL wait, warp 0 asks L2 for the lines Q's loads after the wait read and
 // the previous kernel does not write (raw: the Q heads' bias and the row's rotations, and in the
 // CTA holding the new token its K/V bias; else q itself), so that they are not HBM misses queued
@@ -314,7 +316,7 @@ struct NewKv {
 // the others to count in, and (spread_merge) where the kernel keeps two CTAs an SM.
 constexpr int kEarlyTiles = 1, kChunkedMerge = 2, kRowSplits = 4, kScFence = 8, kMergeGroup8Flag = 16,
               kTriggerAfterQ = 32, kTriggerAfterTiles = 64, kTriggerAfterMerge = 128, kSpreadMerge = 256,
-              kPrefetchQ = 512, kTriggerAtExit = 1024;
+              kPrefetchQ = 512, kTriggerAtExit = 1024, kClusterFullExit = 2048;
 // Q is read once per CTA, each thread a float4 of each input in turn, into shared memory, and every
 // warp builds its fragments from there: eight warps each loading every fragment value themselves
 // (8 head rows a load instruction) took 2.5-3 us after the wait where its lines were in L2 (bench/
@@ -445,16 +447,6 @@ __global__ void __launch_bounds__(W * 32, kMinCtasPerSm<HD, KT, W>)
     tl.mark(2);
     pdl_wait();
     tl.mark(3);
-    // (Timeline builds: one load through L2 of Q's first line, which the previous kernel wrote, and
-    // its return, ahead of Q's own loads; with the fused row, then a line of its bias and one of
-    // the row's rotations, in turn. Session 36 probed the step's metadata, which this CTA had read
-    // before the wait: back in 192 ns, against ~2.7 us for Q's first value.)
-    tl.mark_after(11, tl.probe(reinterpret_cast<const int32_t*>(
-                          fold ? raw.qk + row * raw.qk_width + static_cast<int64_t>(head0) * HD
-                               : q + (static_cast<int64_t>(row) * n_heads + head0) * HD)));
-    if (fold && raw.bias)
-        tl.mark_after(12, tl.probe(reinterpret_cast<const int32_t*>(raw.bias + static_cast<int64_t>(head0) * HD)));
-    if (fold) tl.mark_after(13, tl.probe(reinterpret_cast<const int32_t*>(rot)));
     // The first tiles not loaded before the wait (those holding the step's new tokens) start
     // before Q is read, so that their round trip and Q's overlap.
     for (int32_t s = n_pre; s < kStages - 1; ++s) {
@@ -696,7 +688,7 @@ __global__ void __launch_bounds__(W * 32, kMinCtasPerSm<HD, KT, W>)
     }
     if (cluster > 1) {
         cluster_merge<HD>(o_cta, s_max, s_sum, n_g, n_active, head_row0, n_parts == 1, out, out_type, qx, part_o,
-                          part_ml, n_parts, part);
+                          part_ml, n_parts, part, (flags & kClusterFullExit) == 0, tl);
         if (n_parts == 1) {
             tl.mark(7);
             tl.mark(8);

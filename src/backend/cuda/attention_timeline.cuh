@@ -17,8 +17,8 @@ namespace mvllm::cuda::mma_decode {
 #ifdef MVLLM_ATTN_TIMELINE
 constexpr int kTimelineMarks = 14;  // entry, metadata, early loads issued, wait over, Q ready, tiles done,
                                     // partials stored, split counted, merged, the tiles after the wait
-                                    // issued, the first Q value back, then probes of Q's first line,
-                                    // of its bias's and of the row's rotations, each back
+                                    // issued, the first Q value back, then in the cluster merge its
+                                    // first barrier passed and its items stored (13: unused)
 struct TimelineRecord {
     uint64_t kc;  // the layer's K cache (tells launches apart)
     uint32_t sm, x, y, z;
@@ -34,8 +34,6 @@ struct Timeline {
         ns[i] = global_ns();
         clk[i] = clock64();
     }
-    // A load through L2 for mark_after to wait on (timeline builds only: the probe is the mark's cost).
-    __device__ __forceinline__ float probe(const int32_t* p) const { return __int_as_float(__ldcg(p)); }
     // mark(i) once v has arrived (the timer read is predicated on v, so it waits for v's load).
     __device__ __forceinline__ void mark_after(int i, float v) {
         if (threadIdx.x != 0) return;
@@ -58,7 +56,6 @@ struct Timeline {
 #else
 struct Timeline {
     __device__ __forceinline__ void mark(int) {}
-    __device__ __forceinline__ float probe(const int32_t*) const { return 0.0f; }
     __device__ __forceinline__ void mark_after(int, float) {}
     __device__ __forceinline__ void flush(const void*) {}
 };

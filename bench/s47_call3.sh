@@ -1,0 +1,35 @@
+# The forty-seventh session's third call (bench/NOTES.md). .carry/s47c: mvllm.xz and test_cuda.xz
+# (branch cluster-exit: the relaxed exit by default; the push form, MVLLM_ATTN_CLUSTER_EXIT=push,
+# now arriving at the barrier's first phase after its tiles instead of right after Q), mvllm-atl.xz
+# (the same with -DMVLLM_ATTN_TIMELINE=ON), lib.txz. The shipped model stays behind (room).
+# 1. test_cuda's attention tests with the push form. 2. Batch-1 decode after 128 (0.5B, two rounds)
+# and 4K tokens (both q4_0 files), relaxed / push. 3. B1 quick rows (F16, 4K and 32K), relaxed / push.
+# 4. The attention timeline of the 0.5B after 128 and 4K, push.
+. bench/s40_common.sh
+s40_setup .carry/s47c
+xz -dc .carry/s47c/mvllm-atl.xz > bin/mvllm-atl && chmod +x bin/mvllm-atl
+MVLLM_ATTN_CLUSTER_EXIT=push timeout 200 bin/test_cuda --gtest_filter="CudaAttention.*" > $R/test_push.log 2>&1
+echo "test_cuda push rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/test_push.log | tr '\n' ' ')"; grep -E "FAILED|Failure" $R/test_push.log | head
+q4_models
+P=MVLLM_ATTN_CLUSTER_EXIT=push
+for round in 1 2; do
+  dec new_05_128_$round bin/mvllm $M5 128
+  dec push_05_128_$round bin/mvllm $M5 128 $P
+done
+for m in $M5 $M7; do
+  n=$(basename $m .gguf)
+  dec new_${n}_4096 bin/mvllm $m 4096
+  dec push_${n}_4096 bin/mvllm $m 4096 $P
+done
+export QUICK_CONTEXTS=4096,32768 QUICK_KV=f16
+quick_rows b1_new bin/mvllm
+quick_rows b1_push bin/mvllm $P
+for spec in "128 push $P" "4096 push $P"; do
+  set -- $spec; p=$1; name=atl_05_$1_$2; shift 2
+  env "$@" MVLLM_ATTN_TIMELINE_OUT=$R/$name timeout 90 bin/mvllm-atl bench decode -m $M5 --device cuda \
+    --kv-dtype f16 --prompt-len $p -n 127 > $R/$name.log 2>&1
+  echo "attention timeline $name rc=$?: $(tail -n1 $R/$name.log | awk -F'|' '{print $3 "|" $10}')"
+  python3 scripts/attention_timeline.py --detail $R/$name*.csv > $R/$name.txt 2>&1
+  head -3 $R/$name.txt
+  rm -f $R/$name*.csv
+done
