@@ -15,6 +15,9 @@
 #   q4_models               make-model the q4_0 files of both geometries: $M5 (0.5B), $M7 (7B)
 #   dec NAME BIN MODEL PROMPT [ENV...]  batch-1 `BIN bench decode` (F16 KV, 127 steps, two runs)
 #                           after PROMPT tokens with ENV set; log and JSON as $R/NAME.*
+#   atl05 PROMPT NAME LINES [ENV...]  (session 47) the decode attention's timeline of the 0.5B q4_0
+#                           file ($M5) after PROMPT tokens with bin/mvllm-atl and ENV set: the first
+#                           LINES of scripts/attention_timeline.py's summary, as $R/atl_05_PROMPT_NAME.*
 #   early_ab DIR            (session 42) test_cuda, then B1's quick rows of bin/mvllm-old, bin/mvllm
 #                           and bin/mvllm with MVLLM_ATTN_EARLY_ALL=0, two rounds
 set -u
@@ -83,4 +86,13 @@ early_ab() {
     quick_rows new_$round bin/mvllm
     quick_rows new_all0_$round bin/mvllm MVLLM_ATTN_EARLY_ALL=0
   done
+}
+atl05() {
+  local p=$1 name=atl_05_$1_$2 lines=$3; shift 3
+  env "$@" MVLLM_ATTN_TIMELINE_OUT=$R/$name timeout 90 bin/mvllm-atl bench decode -m $M5 --device cuda \
+    --kv-dtype f16 --prompt-len $p -n 127 > $R/$name.log 2>&1
+  echo "attention timeline $name rc=$?: $(tail -n1 $R/$name.log | awk -F'|' '{print $3 "|" $10}')"
+  python3 scripts/attention_timeline.py --detail $R/$name*.csv > $R/$name.txt 2>&1
+  head -$lines $R/$name.txt
+  rm -f $R/$name*.csv
 }

@@ -22,12 +22,5 @@ for round in 1 2; do
     [ $m = $M5 ] && dec v2offcv8_${n}_$round bin/mvllm $m 128 MVLLM_NORM_FOLD=0 MVLLM_CUDA_CARVEOUT=8
   done
 done
-for spec in "128 def" "128 w4 MVLLM_ATTN_WARPS=4"; do
-  set -- $spec; p=$1; name=atl_05_$1_$2; shift 2
-  env "$@" MVLLM_ATTN_TIMELINE_OUT=$R/$name timeout 90 bin/mvllm-atl bench decode -m $M5 --device cuda \
-    --kv-dtype f16 --prompt-len $p -n 127 > $R/$name.log 2>&1
-  echo "attention timeline $name rc=$?: $(tail -n1 $R/$name.log | awk -F'|' '{print $3 "|" $10}')"
-  python3 scripts/attention_timeline.py --detail $R/$name*.csv > $R/$name.txt 2>&1
-  head -40 $R/$name.txt
-  rm -f $R/$name*.csv
-done
+atl05 128 def 40
+atl05 128 w4 40 MVLLM_ATTN_WARPS=4

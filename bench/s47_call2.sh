@@ -30,12 +30,8 @@ export QUICK_CONTEXTS=4096,32768 QUICK_KV=f16
 quick_rows b1_new bin/mvllm
 quick_rows b1_full bin/mvllm $F
 quick_rows b1_push bin/mvllm $P
-for spec in "128 new" "128 full $F" "128 push $P" "4096 new" "4096 push $P"; do
-  set -- $spec; p=$1; name=atl_05_$1_$2; shift 2
-  env "$@" MVLLM_ATTN_TIMELINE_OUT=$R/$name timeout 90 bin/mvllm-atl bench decode -m $M5 --device cuda \
-    --kv-dtype f16 --prompt-len $p -n 127 > $R/$name.log 2>&1
-  echo "attention timeline $name rc=$?: $(tail -n1 $R/$name.log | awk -F'|' '{print $3 "|" $10}')"
-  python3 scripts/attention_timeline.py --detail $R/$name*.csv > $R/$name.txt 2>&1
-  head -12 $R/$name.txt
-  rm -f $R/$name*.csv
-done
+atl05 128 new 12
+atl05 128 full 12 $F
+atl05 128 push 12 $P
+atl05 4096 new 12
+atl05 4096 push 12 $P

@@ -21,12 +21,4 @@ dec push_05_4096 bin/mvllm $M5 4096 $P
 export QUICK_CONTEXTS=4096,32768 QUICK_KV=f16
 quick_rows b1_new bin/mvllm
 quick_rows b1_push bin/mvllm $P
-for spec in "128 push $P"; do
-  set -- $spec; p=$1; name=atl_05_$1_$2; shift 2
-  env "$@" MVLLM_ATTN_TIMELINE_OUT=$R/$name timeout 90 bin/mvllm-atl bench decode -m $M5 --device cuda \
-    --kv-dtype f16 --prompt-len $p -n 127 > $R/$name.log 2>&1
-  echo "attention timeline $name rc=$?: $(tail -n1 $R/$name.log | awk -F'|' '{print $3 "|" $10}')"
-  python3 scripts/attention_timeline.py --detail $R/$name*.csv > $R/$name.txt 2>&1
-  head -3 $R/$name.txt
-  rm -f $R/$name*.csv
-done
+atl05 128 push 3 $P
