@@ -1,21 +1,26 @@
 # Prepared in the forty-seventh session for the next one's first call (bench/NOTES.md, "What would
 # move next"). .carry/s48a (git-ignored; rebuilt from branch cluster-merge-vec if gone): mvllm.xz and
-# test_cuda.xz (main + the cluster merge's vector form: the cluster's (max, sum) pairs staged by one
-# remote load a thread, then four dims a thread with one vector load a split; MVLLM_ATTN_CLUSTER_MERGE=
-# scalar restores main's form), mvllm-atl.xz (the same with -DMVLLM_ATTN_TIMELINE=ON), lib.txz; the
-# shipped model travels (move bench/results and the draft model out first: 64 MiB).
-# 1. test_cuda, all of it. 2. Batch-1 decode vector / scalar: the 0.5B q4_0 after 128 (two rounds) and
-# 4K, the 7B after 4K. 3. B1 quick rows (F16, 4K and 32K), vector / scalar. 4. The vector form's
-# attention timeline of the 0.5B after 128.
+# test_cuda.xz (main + two forms of the cluster merge: the vector form, the default there, stages the
+# cluster's (max, sum) pairs by one remote load a thread, then four dims a thread with one vector
+# load a split; MVLLM_ATTN_CLUSTER_MERGE=direct merges the warps' partials in the cluster merge with
+# no warp merge first (one-part 4-warp plans); =scalar is main's form), mvllm-atl.xz (the same with
+# -DMVLLM_ATTN_TIMELINE=ON), lib.txz; the shipped model travels (move bench/results and the draft
+# model out first: 64 MiB).
+# 1. test_cuda, all of it, and its attention tests with the direct form. 2. Batch-1 decode vector /
+# scalar / direct: the 0.5B q4_0 after 128 (two rounds) and 4K, the 7B after 4K. 3. B1 quick rows
+# (F16, 4K and 32K), vector / scalar. 4. The attention timeline of the 0.5B after 128, vector / direct.
 . bench/s40_common.sh
 s40_setup .carry/s48a
 xz -dc .carry/s48a/mvllm-atl.xz > bin/mvllm-atl && chmod +x bin/mvllm-atl
 s40_tests
+MVLLM_ATTN_CLUSTER_MERGE=direct timeout 200 bin/test_cuda --gtest_filter="CudaAttention.*" > $R/test_direct.log 2>&1
+echo "test_cuda direct rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/test_direct.log | tr '\n' ' ')"; grep -E "FAILED|Failure" $R/test_direct.log | head
 q4_models
-S=MVLLM_ATTN_CLUSTER_MERGE=scalar
+S=MVLLM_ATTN_CLUSTER_MERGE=scalar D=MVLLM_ATTN_CLUSTER_MERGE=direct
 for round in 1 2; do
   dec vec_05_128_$round bin/mvllm $M5 128
   dec scalar_05_128_$round bin/mvllm $M5 128 $S
+  dec direct_05_128_$round bin/mvllm $M5 128 $D
 done
 dec vec_05_4096 bin/mvllm $M5 4096
 dec scalar_05_4096 bin/mvllm $M5 4096 $S
@@ -25,3 +30,4 @@ export QUICK_CONTEXTS=4096,32768 QUICK_KV=f16
 quick_rows b1_vec bin/mvllm
 quick_rows b1_scalar bin/mvllm $S
 atl05 128 vec 3
+atl05 128 direct 3 $D
