@@ -15,6 +15,7 @@
 #   q4_models               make-model the q4_0 files of both geometries: $M5 (0.5B), $M7 (7B)
 #   dec NAME BIN MODEL PROMPT [ENV...]  batch-1 `BIN bench decode` (F16 KV, 127 steps, two runs)
 #                           after PROMPT tokens with ENV set; log and JSON as $R/NAME.*
+#   attn_tests NAME ENV...  (session 47) test_cuda's attention tests with ENV set, as $R/test_NAME.log
 #   atl05 PROMPT NAME LINES [ENV...]  (session 47) the decode attention's timeline of the 0.5B q4_0
 #                           file ($M5) after PROMPT tokens with bin/mvllm-atl and ENV set: the first
 #                           LINES of scripts/attention_timeline.py's summary, as $R/atl_05_PROMPT_NAME.*
@@ -95,4 +96,9 @@ atl05() {
   python3 scripts/attention_timeline.py --detail $R/$name*.csv > $R/$name.txt 2>&1
   head -$lines $R/$name.txt
   rm -f $R/$name*.csv
+}
+attn_tests() {
+  local log=$R/test_$1.log; shift
+  env "$@" timeout 200 bin/test_cuda --gtest_filter="CudaAttention.*" > $log 2>&1
+  echo "test_cuda $(basename $log .log) rc=$? $(grep -E '^\[  (PASSED|FAILED)' $log | tr '\n' ' ')"; grep -E "FAILED|Failure" $log | head
 }

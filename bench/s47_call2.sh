@@ -11,8 +11,7 @@
 s40_setup .carry/s47b
 xz -dc .carry/s47b/mvllm-atl.xz > bin/mvllm-atl && chmod +x bin/mvllm-atl
 s40_tests "-CudaBatchInvariance.*"
-MVLLM_ATTN_CLUSTER_EXIT=push timeout 200 bin/test_cuda --gtest_filter="CudaAttention.*" > $R/test_push.log 2>&1
-echo "test_cuda push rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/test_push.log | tr '\n' ' ')"; grep -E "FAILED|Failure" $R/test_push.log | head
+attn_tests push MVLLM_ATTN_CLUSTER_EXIT=push
 q4_models
 F=MVLLM_ATTN_CLUSTER_EXIT=full P=MVLLM_ATTN_CLUSTER_EXIT=push
 for round in 1 2; do

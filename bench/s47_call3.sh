@@ -8,8 +8,7 @@
 . bench/s40_common.sh
 s40_setup .carry/s47c
 xz -dc .carry/s47c/mvllm-atl.xz > bin/mvllm-atl && chmod +x bin/mvllm-atl
-MVLLM_ATTN_CLUSTER_EXIT=push timeout 200 bin/test_cuda --gtest_filter="CudaAttention.*" > $R/test_push.log 2>&1
-echo "test_cuda push rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/test_push.log | tr '\n' ' ')"; grep -E "FAILED|Failure" $R/test_push.log | head
+attn_tests push MVLLM_ATTN_CLUSTER_EXIT=push
 mkdir -p /tmp/mvllm-models && timeout 100 bin/mvllm make-model $M5 --preset qwen2.5-0.5b --type q4_0 > /dev/null 2>&1  # the 0.5B only (device time)
 P=MVLLM_ATTN_CLUSTER_EXIT=push
 for round in 1 2; do

@@ -13,8 +13,7 @@
 s40_setup .carry/s48a
 xz -dc .carry/s48a/mvllm-atl.xz > bin/mvllm-atl && chmod +x bin/mvllm-atl
 s40_tests
-MVLLM_ATTN_CLUSTER_MERGE=direct timeout 200 bin/test_cuda --gtest_filter="CudaAttention.*" > $R/test_direct.log 2>&1
-echo "test_cuda direct rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/test_direct.log | tr '\n' ' ')"; grep -E "FAILED|Failure" $R/test_direct.log | head
+attn_tests direct MVLLM_ATTN_CLUSTER_MERGE=direct
 q4_models
 S=MVLLM_ATTN_CLUSTER_MERGE=scalar D=MVLLM_ATTN_CLUSTER_MERGE=direct
 for round in 1 2; do
