@@ -4,9 +4,9 @@
 # cluster's (max, sum) pairs by one remote load a thread, then four dims a thread with one vector
 # load a split; MVLLM_ATTN_CLUSTER_MERGE=direct merges the warps' partials in the cluster merge with
 # no warp merge first (one-part 4-warp plans); =scalar is main's form), mvllm-atl.xz (the same with
-# -DMVLLM_ATTN_TIMELINE=ON), lib.txz; C=.carry/s48b holds all but mvllm-atl.xz (the tree with the shipped
-# model and these three binaries is over 64 MiB) and skips step 4; the shipped model travels (move bench/results and the draft
-# model out first: 64 MiB).
+# -DMVLLM_ATTN_TIMELINE=ON), lib.txz. The shipped model travels: move bench/results and the draft
+# model out first (64 MiB). Even so, the tree with all three binaries is over 64 MiB: C=.carry/s48b
+# holds all but mvllm-atl.xz, and the call then skips step 4.
 # 1. test_cuda, all of it, and its attention tests with the direct form. 2. Batch-1 decode vector /
 # scalar / direct: the 0.5B q4_0 after 128 (two rounds) and 4K, the 7B after 4K. 3. B1 quick rows
 # (F16, 4K and 32K), vector / scalar. 4. The attention timeline of the 0.5B after 128, vector / direct.
