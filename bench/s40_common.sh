@@ -19,6 +19,8 @@
 #   atl05 PROMPT NAME LINES [ENV...]  (session 47) the decode attention's timeline of the 0.5B q4_0
 #                           file ($M5) after PROMPT tokens with bin/mvllm-atl and ENV set: the first
 #                           LINES of scripts/attention_timeline.py's summary, as $R/atl_05_PROMPT_NAME.*
+#   ab05 A B ENV            (session 49) the 0.5B q4_0 ($M5) after 128 tokens (two rounds, A and B
+#                           interleaved) and after 4K: runs A with no ENV, B with ENV (dec's names)
 #   early_ab DIR            (session 42) test_cuda, then B1's quick rows of bin/mvllm-old, bin/mvllm
 #                           and bin/mvllm with MVLLM_ATTN_EARLY_ALL=0, two rounds
 set -u
@@ -101,4 +103,13 @@ attn_tests() {
   local log=$R/test_$1.log; shift
   env "$@" timeout 200 bin/test_cuda --gtest_filter="CudaAttention.*" > $log 2>&1
   echo "test_cuda $(basename $log .log) rc=$? $(grep -E '^\[  (PASSED|FAILED)' $log | tr '\n' ' ')"; grep -E "FAILED|Failure" $log | head
+}
+ab05() {
+  local a=$1 b=$2 e=$3 round
+  for round in 1 2; do
+    dec ${a}_05_128_$round bin/mvllm $M5 128
+    dec ${b}_05_128_$round bin/mvllm $M5 128 $e
+  done
+  dec ${a}_05_4096 bin/mvllm $M5 4096
+  dec ${b}_05_4096 bin/mvllm $M5 4096 $e
 }

@@ -14,12 +14,7 @@ if [ -n "${TRIM:-}" ]; then s40_tests 'CudaAttention.*'; else s40_tests; fi
 q4_models
 S=MVLLM_ATTN_WARP_MERGE=shared P7='128 4096' CTX=4096,32768
 [ -z "${TRIM:-}" ] || { P7=4096; CTX=4096; }
-for round in 1 2; do
-  dec own_05_128_$round bin/mvllm $M5 128
-  dec shared_05_128_$round bin/mvllm $M5 128 $S
-done
-dec own_05_4096 bin/mvllm $M5 4096
-dec shared_05_4096 bin/mvllm $M5 4096 $S
+ab05 own shared $S
 for p in $P7; do
   dec own_7_$p bin/mvllm $M7 $p
   dec shared_7_$p bin/mvllm $M7 $p $S
