@@ -249,7 +249,7 @@ TEST(CudaAttention, DecodePlanClustersShortSplitsInOneWave) {
 // contexts; for one row at the shortest bucket, 4 warps at head_dim 64 (the 0.5B) and one split at
 // head_dim 128 (the 7B); otherwise 8 warps and plan_decode's splits.
 TEST(CudaAttention, DecodeShapeRulesAtShortContexts) {
-    if (std::getenv("MVLLM_ATTN_WARPS") || std::getenv("MVLLM_ATTN_SHORT"))
+    if (std::getenv("MVLLM_ATTN_WARPS") || std::getenv("MVLLM_ATTN_SHORT") || std::getenv("MVLLM_ATTN_SHORT_BATCH"))
         GTEST_SKIP() << "the rules under test are overridden by the environment";
     EXPECT_EQ(cuda::decode_warps(1, 2, 256, 64, 132), 4);     // 0.5B, batch 1, bucket 256
     EXPECT_EQ(cuda::decode_warps(1, 2, 512, 64, 132), 8);     // the next bucket
@@ -260,8 +260,13 @@ TEST(CudaAttention, DecodeShapeRulesAtShortContexts) {
     EXPECT_TRUE(cuda::decode_one_split(1, 256, 128));
     EXPECT_TRUE(cuda::decode_one_split(1, 160, 128));
     EXPECT_FALSE(cuda::decode_one_split(1, 512, 128));
-    EXPECT_FALSE(cuda::decode_one_split(1, 256, 64));
-    EXPECT_FALSE(cuda::decode_one_split(3, 256, 128));
+    EXPECT_FALSE(cuda::decode_one_split(1, 256, 64));   // one 0.5B row: the 4-warp cluster
+    EXPECT_TRUE(cuda::decode_one_split(3, 256, 128));
+    EXPECT_TRUE(cuda::decode_one_split(2, 256, 64));
+    EXPECT_TRUE(cuda::decode_one_split(16, 256, 64));
+    EXPECT_TRUE(cuda::decode_one_split(16, 256, 128));
+    EXPECT_FALSE(cuda::decode_one_split(16, 512, 128));  // the next bucket
+    EXPECT_FALSE(cuda::decode_one_split(cuda::kOneSplitMaxRows + 1, 256, 128));
 }
 
 // With one_cluster_tokens, a row whose plan would take several clusters (merged again in global
