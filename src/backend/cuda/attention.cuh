@@ -118,16 +118,17 @@ constexpr int32_t kFourWarpsMaxContext = 2048;
 // The shortest context bucket of the step graphs (graph_step.cpp): contexts up to 256 tokens.
 constexpr int32_t kShortBucket = 256;
 int decode_warps(int32_t n_rows, int32_t n_kv_heads, int32_t max_context, int32_t head_dim, int32_t n_sms);
-// One split (one CTA per (row, KV head), no cluster, no split merge) at the shortest bucket, for
-// up to kOneSplitMaxRows rows: from one row at head_dim >= 128, from two at smaller head_dims (one
-// row of head_dim <= 64 takes decode_warps' 4-warp cluster instead). plan_decode gives two or more
-// splits there, merged through a cluster or in global memory. One 7B row: batch-1 decode after 128
-// tokens +1.3 / +1.4 % on an H100 (two calls), -1.5 % at the 512 bucket (forty-fifth session).
-// 16 rows (B1, an H100, fiftieth session): 7B F16 at 256 tokens 8.04 -> 5.21 us, 0.5B 4.70 -> 3.72
-// (the default plan's split merge in global memory at 256; no change at 128). MVLLM_ATTN_SHORT=0
-// turns the rule off; MVLLM_ATTN_SHORT_BATCH=0 keeps it to the one-row case (the earlier rule, for
-// A/B measurements). Host rule, no GPU needed.
-constexpr int32_t kOneSplitMaxRows = 16;
+// One split (one CTA per (row, KV head), no cluster, no split merge) at the shortest bucket: for
+// one row at head_dim >= 128 (one row of head_dim <= 64 takes decode_warps' 4-warp cluster
+// instead), and for any batch of two rows or more. plan_decode gives those two or more splits,
+// merged through a cluster or in global memory, unless the (row, KV head) pairs fill the SMs. One 7B
+// row: batch-1 decode after 128 tokens +1.3 / +1.4 % on an H100 (two calls), -1.5 % at the 512
+// bucket (forty-fifth session). Batches at 256 tokens (B1, an H100, fiftieth session), F16, us a
+// layer against the split plans: 7B 2 rows 5.59 -> 4.63, 16 rows 7.99 -> 5.10 (32 and 64 rows
+// already took one split); 0.5B 2 rows 4.23 -> 3.63, 16 rows 4.69 -> 3.69, 64 rows 7.48 -> 4.62;
+// 16 requests decoding in the bucket (bench throughput) +2.5 % (0.5B) and +2.6 % (7B) output tok/s.
+// MVLLM_ATTN_SHORT=0 turns the rule off; MVLLM_ATTN_SHORT_BATCH=0 keeps it to the one-row case
+// (the earlier rule, for A/B measurements). Host rule, no GPU needed.
 bool decode_one_split(int32_t n_rows, int32_t max_context, int32_t head_dim);
 // What the stream runs after an attention launch, for the decode kernel's trigger rule: the model's
 // output projection (a matmul: the default), or another attention launch (`bench attention`, B1).

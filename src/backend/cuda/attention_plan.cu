@@ -101,8 +101,7 @@ int decode_warps(int32_t n_rows, int32_t n_kv_heads, int32_t max_context, int32_
 bool decode_one_split(int32_t n_rows, int32_t max_context, int32_t head_dim) {
     static const bool batches = env_int("MVLLM_ATTN_SHORT_BATCH", 1) != 0;
     if (!short_rules_on() || max_context > kShortBucket || n_rows < 1) return false;
-    if (!batches) return n_rows == 1 && head_dim >= 128;
-    return n_rows <= kOneSplitMaxRows && (head_dim >= 128 || n_rows >= 2);
+    return n_rows >= 2 ? batches : head_dim >= 128;
 }
 
 int decode_trigger_mode(int32_t n_rows, int32_t n_parts, int ctas_per_sm, AttentionNext next) {
