@@ -21,6 +21,9 @@
 #                           LINES of scripts/attention_timeline.py's summary, as $R/atl_05_PROMPT_NAME.*
 #   ab05 A B ENV            (session 49) the 0.5B q4_0 ($M5) after 128 tokens (two rounds, A and B
 #                           interleaved) and after 4K: runs A with no ENV, B with ENV (dec's names)
+#   tp_short NAME MODEL N [ENV...]  (session 50) `bench throughput`: N requests of 64-token prompts
+#                           generating 128 tokens (every context in the 256 bucket), F16 KV, with ENV
+#                           set; log and JSON as $R/NAME.*
 #   early_ab DIR            (session 42) test_cuda, then B1's quick rows of bin/mvllm-old, bin/mvllm
 #                           and bin/mvllm with MVLLM_ATTN_EARLY_ALL=0, two rounds
 set -u
@@ -112,4 +115,11 @@ ab05() {
   done
   dec ${a}_05_4096 bin/mvllm $M5 4096
   dec ${b}_05_4096 bin/mvllm $M5 4096 $e
+}
+tp_short() {
+  local name=$1 m=$2 n=$3; shift 3
+  env "$@" timeout 120 bin/mvllm bench throughput -m $m --device cuda --num-requests $n --max-seqs $n --input-len 64 \
+    --output-len 128 --max-batched-tokens $((n * 64)) --kv-cache-memory 90% --kv-dtype f16 --json-out $R/$name.json \
+    > $R/$name.log 2>&1
+  echo "$name rc=$?: $(tail -n1 $R/$name.log)"
 }

@@ -14,10 +14,7 @@ bq() { local name=$1; shift; env "$@" timeout 100 bin/mvllm bench attention --qu
 bq b1_rule
 bq b1_main MVLLM_ATTN_SHORT_BATCH=0
 q4_models
-tp() { local name=$1 m=$2; shift 2; env "$@" timeout 120 bin/mvllm bench throughput -m $m --device cuda \
-  --num-requests 32 --max-seqs 32 --input-len 64 --output-len 128 --max-batched-tokens 2048 --kv-cache-memory 90% \
-  --kv-dtype f16 --json-out $R/$name.json > $R/$name.log 2>&1; echo "$name rc=$?: $(tail -n1 $R/$name.log)"; }
-tp tp32_rule_05 $M5
-tp tp32_main_05 $M5 MVLLM_ATTN_SHORT_BATCH=0
-tp tp32_rule_7 $M7
-tp tp32_main_7 $M7 MVLLM_ATTN_SHORT_BATCH=0
+tp_short tp32_rule_05 $M5 32
+tp_short tp32_main_05 $M5 32 MVLLM_ATTN_SHORT_BATCH=0
+tp_short tp32_rule_7 $M7 32
+tp_short tp32_main_7 $M7 32 MVLLM_ATTN_SHORT_BATCH=0
