@@ -2,8 +2,9 @@
 # to 16 rows at the 256 bucket; MVLLM_ATTN_SHORT_BATCH=0 is main's rule). .carry/s50e (git-ignored):
 # mvllm.xz and test_cuda.xz stripped from the branch's build, lib.txz as .carry/s48b.
 # 1. test_cuda in full. 2. B1 quick rows at 128 / 256 tokens, batches 2-64, new rule / main's.
-# 3. Batched decode in the 256 bucket (s40_common.sh tp_short: as run, once a function of this script): bench throughput, 16 requests of 64-token prompts and 128
-#    generated tokens, both q4_0 files, new rule / main's, two rounds.
+# 3. Batched decode in the 256 bucket: bench throughput, 16 requests of 64-token prompts and 128
+#    generated tokens, both q4_0 files, new rule / main's, two rounds (s40_common.sh's tp_short,
+#    a function of this script when it ran).
 . bench/s40_common.sh
 C=${C:-.carry/s50e}
 s40_setup $C
