@@ -247,7 +247,8 @@ TEST(CudaAttention, DecodePlanClustersShortSplitsInOneWave) {
 
 // The decode kernel's shape: 4 warps where a batch's (row, KV head) pairs fill the SMs at short
 // contexts; for one row at the shortest bucket, 4 warps at head_dim 64 (the 0.5B) and one split at
-// head_dim 128 (the 7B); otherwise 8 warps and plan_decode's splits.
+// head_dim 128 (the 7B), and one split for any batch of two rows or more there; otherwise 8 warps
+// and plan_decode's splits.
 TEST(CudaAttention, DecodeShapeRulesAtShortContexts) {
     if (std::getenv("MVLLM_ATTN_WARPS") || std::getenv("MVLLM_ATTN_SHORT") || std::getenv("MVLLM_ATTN_SHORT_BATCH"))
         GTEST_SKIP() << "the rules under test are overridden by the environment";
