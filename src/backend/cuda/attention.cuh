@@ -124,8 +124,8 @@ int decode_warps(int32_t n_rows, int32_t n_kv_heads, int32_t max_context, int32_
 // merged through a cluster or in global memory, unless the (row, KV head) pairs fill the SMs. One 7B
 // row: batch-1 decode after 128 tokens +1.3 / +1.4 % on an H100 (two calls), -1.5 % at the 512
 // bucket (forty-fifth session). Batches at 256 tokens (B1, an H100, fiftieth session), F16, us a
-// layer against the split plans: 7B 2 rows 5.59 -> 4.63, 16 rows 7.99 -> 5.10 (32 and 64 rows
-// already took one split); 0.5B 2 rows 4.23 -> 3.63, 16 rows 4.69 -> 3.69, 64 rows 7.48 -> 4.62;
+// layer against the split plans: 7B 2 rows 5.59 -> 4.63, 16 rows 7.99 -> 5.10 (at 32 and 64 rows
+// its plan timed the same as one split forced); 0.5B 2 rows 4.23 -> 3.63, 16 rows 4.69 -> 3.69, 64 rows 7.48 -> 4.62;
 // 16 requests decoding in the bucket (bench throughput) +2.1-2.6 % (0.5B) and +2.6-2.7 % (7B)
 // output tok/s in two rounds; 32 requests +2.4 % (0.5B) and +0.3 % (7B).
 // MVLLM_ATTN_SHORT=0 turns the rule off; MVLLM_ATTN_SHORT_BATCH=0 keeps it to the one-row case
