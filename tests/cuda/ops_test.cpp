@@ -220,6 +220,84 @@ TEST(CudaOps, StreamingGemvEqualsRegisterGemv) {
     cuda::set_gemv_k_split(0);
 }
 
+// The one-column SwiGLU GEMV that writes its output's QX itself (16-warp CTAs of whole 32-row
+// blocks, MVLLM_SWIGLU_QX) against the 4-warp kernel followed by the quantiser: the hidden values
+// and the down projection after them (which reads the kernel's QX instead of quantising) must be
+// the same bits, for F32 and F16 hidden rows, Q4_0 and Q8_0 (its only types), on the 0.5B's and
+// the 7B's gate/up shapes and a small one. Also the rule: one column only, not batch-invariant, and by default only grids whose
+// CTAs are all resident at once (on 132 SMs the 0.5B's 152 CTAs, not the 7B's 592).
+TEST(CudaOps, SwigluGemvWritesItsOutputsQx) {
+    MVLLM_REQUIRE_GPU();
+    auto be = make_cuda();
+    ASSERT_TRUE(be);
+    struct Case {
+        DType type;
+        int64_t n_embd, n_ff;
+    };
+    const Case cases[] = {{DType::Q4_0, 896, 4864}, {DType::Q8_0, 896, 4864}, {DType::Q4_0, 3584, 18944},
+                          {DType::Q8_0, 1024, 224}};
+    uint64_t seed = 1300;
+    for (const Case& c : cases) {
+        SCOPED_TRACE(std::string(type_name(c.type)) + " " + std::to_string(c.n_embd) + "x" + std::to_string(c.n_ff));
+        std::vector<uint8_t> gb = random_blocks(c.type, c.n_embd, c.n_ff, seed++);
+        std::vector<uint8_t> ub = random_blocks(c.type, c.n_embd, c.n_ff, seed++);
+        std::vector<uint8_t> db = random_blocks(c.type, c.n_ff, c.n_embd, seed++);
+        auto g = be->upload_weight(host_view(c.type, c.n_embd, c.n_ff, gb.data()));
+        auto u = be->upload_weight(host_view(c.type, c.n_embd, c.n_ff, ub.data()));
+        auto d = be->upload_weight(host_view(c.type, c.n_ff, c.n_embd, db.data()));
+        ASSERT_TRUE(g.is_ok() && u.is_ok() && d.is_ok());
+        const std::vector<float> xv = random_floats(static_cast<size_t>(c.n_embd), seed++);
+        const std::vector<float> acc0 = random_floats(static_cast<size_t>(c.n_embd), seed++);
+        for (DType hidden_type : {DType::F32, DType::F16}) {
+            SCOPED_TRACE(std::string("hidden ") + type_name(hidden_type));
+            // hidden = silu(G x) * (U x); y = acc0 + D hidden.
+            auto run = [&](int mode, std::vector<float>* hidden, std::vector<float>* y) {
+                cuda::set_swiglu_qx_mode(mode);
+                TensorView x = begin_with_input(*be, xv, c.n_embd, 1);
+                TensorView h = be->alloc(hidden_type, c.n_ff, 1), gu = be->alloc(DType::F32, 2 * c.n_ff, 1);
+                TensorView hf = be->alloc(DType::F32, c.n_ff, 1);
+                TensorView a = be->alloc(DType::F32, c.n_embd, 1), s = be->alloc(DType::F32, c.n_embd, 1);
+                be->upload(acc0.data(), a);
+                be->matmul_swiglu(*g, *u, x, h, gu);
+                be->matmul_add(*d, h, a, s);
+                if (hidden_type == DType::F32) {
+                    hidden->resize(static_cast<size_t>(c.n_ff));
+                    be->to_host(h, hidden->data());
+                } else {
+                    std::vector<uint16_t> bits(static_cast<size_t>(c.n_ff));
+                    be->download(h, bits.data());
+                    hidden->clear();
+                    for (uint16_t b : bits) hidden->push_back(f16_to_f32(b));
+                }
+                y->resize(static_cast<size_t>(c.n_embd));
+                be->to_host(a, y->data());
+            };
+            cuda::set_swiglu_qx_mode(2);
+            ASSERT_TRUE(cuda::swiglu_writes_qx(c.type, c.n_embd, c.n_ff, 1, false));
+            std::vector<float> h0, y0, h2, y2;
+            run(0, &h0, &y0);
+            run(2, &h2, &y2);
+            EXPECT_TRUE(same_bits(h2, h0));
+            EXPECT_TRUE(same_bits(y2, y0));
+            // Not a vacuous match: the down projection moved y.
+            EXPECT_FALSE(same_bits(y0, acc0));
+        }
+    }
+    cuda::set_swiglu_qx_mode(2);
+    EXPECT_FALSE(cuda::swiglu_writes_qx(DType::Q4_K, 3584, 18944, 1, false));  // spills at 64 registers
+    EXPECT_FALSE(cuda::swiglu_writes_qx(DType::Q4_0, 896, 4864, 2, false));
+    EXPECT_FALSE(cuda::swiglu_writes_qx(DType::Q4_0, 896, 4864, 1, true));
+    EXPECT_FALSE(cuda::swiglu_writes_qx(DType::Q4_0, 896, 200, 1, false));
+    cuda::set_swiglu_qx_mode(0);
+    EXPECT_FALSE(cuda::swiglu_writes_qx(DType::Q4_0, 896, 4864, 1, false));
+    cuda::set_swiglu_qx_mode(1);
+    if (be->sm_count() == 132) {
+        EXPECT_TRUE(cuda::swiglu_writes_qx(DType::Q4_0, 896, 4864, 1, false));
+        EXPECT_FALSE(cuda::swiglu_writes_qx(DType::Q4_0, 3584, 18944, 1, false));
+    }
+    cuda::set_swiglu_qx_mode(-1);
+}
+
 // The register GEMV's K split for one token column (host only, no GPU): the fewest warps per row
 // that bring a launch to ~2,048 warps while each lane keeps a whole item (32 values): the 7B O
 // projection 2 (112 items per row: 4 would leave lanes without one), its down projection 4, QKV 2,
