@@ -137,13 +137,15 @@ const cuda::QxView* CudaBackend::Impl::qx_for(const TensorView& w, const TensorV
     if (!cuda::gemv_uses_qx(w.type) ||
         cuda::choose_matmul_path(w.type, n_rows, options.batch_invariant) != cuda::MatmulPath::Gemv || n_rows == 0)
         return nullptr;
-    if (qx_source == x.data && qx_held.n_in == n_in && qx_held.n_rows == n_rows) {
-        *storage = qx_held;
+    if (qx_source == x.data && qx_n_in == n_in && qx_rows == n_rows) {
+        *storage = cuda::qx_view(matmul_scratch.qx, n_in, n_rows);
         return storage;
     }
     *storage = cuda::ensure_qx(matmul_scratch, n_in, n_rows);
     cuda::launch_quantize_qx(x, *storage, stream);
-    hold_qx(x.data, *storage);
+    qx_source = x.data;
+    qx_n_in = n_in;
+    qx_rows = n_rows;
     return storage;
 }
 
@@ -376,7 +378,9 @@ void CudaBackend::rms_norm(const TensorView& x, const TensorView& weight, float 
         (x.type == DType::F32 || x.type == DType::F16)) {
         const cuda::QxView qx = cuda::ensure_qx(im.matmul_scratch, width, n_rows);
         cuda::launch_rms_norm_qx(x, weight, eps, out, qx, im.stream);
-        im.hold_qx(out.data, qx);
+        im.qx_source = out.data;
+        im.qx_n_in = width;
+        im.qx_rows = n_rows;
         return;
     }
     cuda::launch_rms_norm(x, weight, eps, out, im.stream);
@@ -408,14 +412,7 @@ void CudaBackend::matmul_swiglu(const TensorView& w_gate, const TensorView& w_up
     const bool stackable = same && w_gate.ne[1] % 4 == 0;  // the SwiGLU kernel's 16-byte loads
     if (const cuda::QxView* qx = same ? im.qx_for(w_gate, x, &storage) : nullptr) {
         im.wrote(out);
-        // One column: the kernel may also write the QX the down projection reads (no quantiser).
-        cuda::QxView out_qx;
-        const bool write_qx =
-            cuda::swiglu_writes_qx(w_gate.type, qx->n_in, w_gate.ne[1], qx->n_rows, im.options.batch_invariant);
-        if (write_qx) out_qx = cuda::ensure_qx_out(im.matmul_scratch, out.ne[0], out.ne[1]);
-        if (cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream, im.options.batch_invariant,
-                                        write_qx ? &out_qx : nullptr))
-            im.hold_qx(out.data, out_qx);
+        cuda::launch_gemv_qx_swiglu(w_gate, w_up, *qx, out, im.stream, im.options.batch_invariant);
         return;
     }
     // Larger batches on quantised weights: gate and up as one product (the quantised tile GEMM
@@ -557,8 +554,11 @@ void CudaBackend::Impl::attention(const cuda::DeviceKvLayer& kv, const TensorVie
     if (want_qx) qx = cuda::ensure_qx(im.matmul_scratch, width, n_rows);
     if (cuda::launch_attention(variant, im.batch, im.seq_ctx_offset, im.total_context, kv, q, out, n_heads, scale,
                                im.attention_scratch, im.n_sms, im.stream, im.options.batch_invariant,
-                               want_qx ? &qx : nullptr, raw))
-        im.hold_qx(out.data, qx);
+                               want_qx ? &qx : nullptr, raw)) {
+        im.qx_source = out.data;
+        im.qx_n_in = width;
+        im.qx_rows = n_rows;
+    }
 }
 
 bool CudaBackend::Impl::gemv_takes_rope(const TensorView& wqkv, const TensorView& wv, const TensorView& x) const {

@@ -76,7 +76,7 @@ struct StagedRows {
 // What recorded kernels point at besides weights and the cache (scratch buffers grow by
 // reallocation): the arena generation and the scratch pointers.
 using StepResources = std::tuple<uint64_t, const void*, const void*, const void*, const void*, const void*,
-                                 const void*, const void*, const void*, const void*, const void*>;
+                                 const void*, const void*, const void*, const void*>;
 
 // A recorded decode step: its graph and the fixed device buffer its kernels read the step's
 // inputs from.
@@ -220,14 +220,9 @@ struct CudaBackend::Impl {
     cuda::MatmulScratch matmul_scratch;
     std::unique_ptr<cuda::GemmTuner> gemm_tuner;  // matmul_scratch.tuner
     cuda::AttentionScratch attention_scratch;
-    // The activation whose QX (gemv.cuh) qx_held holds (in matmul_scratch.qx, or in .qx_out where
-    // the SwiGLU GEMV wrote it), or nullptr.
+    // The activation whose QX (gemv.cuh) matmul_scratch.qx holds, or nullptr.
     const void* qx_source = nullptr;
-    cuda::QxView qx_held;
-    void hold_qx(const void* source, const cuda::QxView& view) {
-        qx_source = source;
-        qx_held = view;
-    }
+    int64_t qx_n_in = 0, qx_rows = 0;
 
     // Recorded decode steps.
     bool graphs_enabled = true;
@@ -283,7 +278,7 @@ struct CudaBackend::Impl {
     const cuda::QxView* qx_for(const TensorView& w, const TensorView& x, cuda::QxView* storage);
     StepResources resources() const {
         return {arena_generation, attention_scratch.partial, attention_scratch.counters, attention_scratch.rope_table, matmul_scratch.qx,
-                matmul_scratch.qx_out, matmul_scratch.input, matmul_scratch.weight, matmul_scratch.partial, inv_freq, argmax_fed};
+                matmul_scratch.input, matmul_scratch.weight, matmul_scratch.partial, inv_freq, argmax_fed};
     }
 };
 

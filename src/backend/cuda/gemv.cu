@@ -65,36 +65,26 @@ __device__ __forceinline__ void dot_items(const Item<T> (&wv)[NS][R], const QxVi
     }
 }
 
-// Reads: R rows of w (and of w2 when kPair) from row (cta * (W / ks) + warp / ks) * R, the
+// Reads: R rows of w (and of w2 when kPair) from row (cta * (kGemvWarps / ks) + warp / ks) * R, the
 // n_tokens <= NT QX rows of x, bias. Writes: out [n_tokens][n_out] (F32; kPair: out_type); with
-// kRope, q and the cache instead; with kQxOut also qx_out, the QX of out as stored (its 32-value
-// block `cta`). row_base: the first row of w in the stacked QKV order (kRope: the rows' q / k / v
-// part and their bias; 0 for a lone matrix). Launch: ceil(n_out / (W / ks * R)) CTAs (cta: their
-// index), W * 32 threads, ks in {1, 2, 4}; W = kGemvWarps, or with kQxOut (the one-column SwiGLU
-// pair, ks = 1, n_out % 32 == 0) the 32 / R warps that hold one QX block of rows.
+// kRope, q and the cache instead. row_base: the first row of w in the stacked QKV order (kRope: the
+// rows' q / k / v part and their bias; 0 for a lone matrix). Launch: ceil(n_out / (kGemvWarps / ks *
+// R)) CTAs (cta: their index), kGemvWarps * 32 threads, ks in {1, 2, 4}.
 // The ks warps of a row group split its items: lane l of K-part k takes items 32 k + l,
 // 32 (k + ks) + l, ...; each weight byte is loaded once and dotted with every column. The parts
 // are summed in a fixed order (warp sums, then part 0 + 1 + ...), so a column's result depends
 // neither on the other columns nor on which CTA ran it.
-template <DType T, int NT, bool kPair>
-__host__ __device__ constexpr int gemv_warps(bool qx_out) {
-    return qx_out ? 32 / rows_per_warp<T, NT, kPair>() : kGemvWarps;
-}
-template <DType T, int NT, bool kPair, bool kRope = false, bool kQxOut = false>
+template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix& w2, const QxView& x, const float* bias,
                                         void* out, DType out_type, int64_t n_out, int n_tokens, int accumulate, int ks,
-                                        int early, const QkvRopeOut& rope, int64_t cta, int64_t row_base,
-                                        const QxView& qx_out) {
+                                        int early, const QkvRopeOut& rope, int64_t cta, int64_t row_base) {
     using I = Item<T>;
     constexpr int R = rows_per_warp<T, NT, kPair>();
     constexpr int NS = kPair ? 2 : 1;
-    constexpr int W = gemv_warps<T, NT, kPair>(kQxOut);
-    static_assert(!kQxOut || (kPair && NT == 1 && W * R == 32), "a QX-writing CTA holds one 32-row block");
-    __shared__ float partial[W][NS * R * NT];
-    [[maybe_unused]] __shared__ float block[kQxOut ? 32 : 1];  // kQxOut: the CTA's 32 outputs as stored
+    __shared__ float partial[kGemvWarps][NS * R * NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int part = warp % ks;
-    const int64_t row0 = (cta * (W / ks) + warp / ks) * R;  // of w
+    const int64_t row0 = (cta * (kGemvWarps / ks) + warp / ks) * R;  // of w
     // No early exit (the parts meet at a barrier): rows past the end repeat the last row, unwritten.
     int64_t rows[R];
 #pragma unroll
@@ -118,9 +108,7 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
     // early items cost registers (96 -> 138) and 2.7 % of 7B Q4_K_M decode: there, and otherwise,
     // Q6_K's items (three 16-byte loads and the scales) go to L2 before the wait.
     constexpr int kUnroll = items_unrolled<T, NT, kPair>();
-    // kQxOut's 16-warp CTAs keep to 64 registers (two an SM): one item early (Q4_0, Q8_0 only).
-    constexpr int kFirst = kQxOut                                            ? 1
-                           : T == DType::Q4_0                                  ? kUnroll
+    constexpr int kFirst = T == DType::Q4_0                                  ? kUnroll
                            : T == DType::Q8_0 || T == DType::Q4_K            ? 1
                            : T == DType::Q6_K && NT == 1 && !kPair && !kRope ? kUnroll
                                                                              : 0;
@@ -237,7 +225,6 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                 if (lane == ((r * NT + t) & 31) && o < n_out && t < n_tokens) {
                     if (kPair) {
                         store_any(out, out_type, t * n_out + o, v);
-                        if constexpr (kQxOut) block[warp * R + r] = round_to(out_type, v);
                     } else {
                         float* dst = static_cast<float*>(out) + t * n_out + o;
                         if (bias) v += bias[o];
@@ -246,10 +233,6 @@ __device__ __forceinline__ void gemv_qx(const QuantMatrix& w, const QuantMatrix&
                     }
                 }
             }
-        }
-        if constexpr (kQxOut) {  // the quantiser's bits for the block (qx.cuh)
-            __syncthreads();
-            if (warp == 0) write_qx_block(qx_out, cta, lane, block[lane]);
         }
     }
 }
@@ -270,12 +253,11 @@ struct GemvQxArgs {
     int64_t n_out2 = 0;
     int ks2 = 0;
     unsigned ctas1 = 0;
-    QxView qx_out;  // gemv_swiglu_qx_kernel: where the QX of out goes
 };
-template <DType T, int NT, bool kPair, bool kRope = false, bool kQxOut = false>
+template <DType T, int NT, bool kPair, bool kRope = false>
 __device__ __forceinline__ void gemv_qx(const GemvQxArgs& a) {
-    gemv_qx<T, NT, kPair, kRope, kQxOut>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate,
-                                         a.ks, a.early, a.rope, blockIdx.x, 0, a.qx_out);
+    gemv_qx<T, NT, kPair, kRope>(a.w, a.w2, a.x, a.bias, a.out, a.out_type, a.n_out, a.n_tokens, a.accumulate, a.ks,
+                                 a.early, a.rope, blockIdx.x, 0);
 }
 template <DType T, int NT, bool kPair, bool kRope = false>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_kernel(GemvQxArgs a) { gemv_qx<T, NT, kPair, kRope>(a); }
@@ -288,10 +270,10 @@ template <DType T, DType T2, int NT, bool kRope>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_stack_kernel(GemvQxArgs a) {
     if (blockIdx.x < a.ctas1)
         gemv_qx<T, NT, false, kRope>(a.w, a.w, a.x, a.bias, a.out, DType::F32, a.n_out, a.n_tokens, 0, a.ks, a.early,
-                                     a.rope, blockIdx.x, 0, a.qx_out);
+                                     a.rope, blockIdx.x, 0);
     else
         gemv_qx<T2, NT, false, kRope>(a.w2, a.w2, a.x, a.bias, a.out2, DType::F32, a.n_out2, a.n_tokens, 0, a.ks2,
-                                      a.early, a.rope, blockIdx.x - a.ctas1, a.n_out, a.qx_out);
+                                      a.early, a.rope, blockIdx.x - a.ctas1, a.n_out);
 }
 // Batch-1 Q4_0 (every matmul of a decode step but the LM head): 7 CTAs per SM (72 registers),
 // which its first items loaded before the wait would otherwise push to 6. (A minimum CTA count
@@ -301,13 +283,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_qx_stack_kernel(GemvQxAr
 template <bool kPair, bool kRope = false>
 __global__ void __launch_bounds__(kGemvWarps * 32, kRope ? 6 : 7) gemv_q4_0_b1_kernel(GemvQxArgs a) {
     gemv_qx<DType::Q4_0, 1, kPair, kRope>(a);
-}
-// The one-column SwiGLU pair whose CTAs hold whole 32-row QX blocks (16 warps of 2 rows) and
-// write the QX of their output themselves, so the down projection needs no quantiser. Two CTAs
-// per SM (64 registers), the warps per SM of the 4-warp kernel at its residency.
-template <DType T>
-__global__ void __launch_bounds__(gemv_warps<T, 1, true>(true) * 32, 2) gemv_swiglu_qx_kernel(GemvQxArgs a) {
-    gemv_qx<T, 1, true, false, true>(a);
 }
 
 // 16 bytes of a float weight row as f32 values (4 for F32, 8 for F16 / BF16).
@@ -641,72 +616,12 @@ void launch_gemv_qx(const TensorView& w, const QxView& qx, const TensorView& bia
                             epilogue == GemvEpilogue::Accumulate ? 1 : 0, stream, batch_invariant);
 }
 
-namespace {
-int g_swiglu_qx = -1;
-
-template <DType T>
-int swiglu_qx_ctas_per_sm() {
-    static const int n = [] {
-        int ctas = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, gemv_swiglu_qx_kernel<T>,
-                                                          gemv_warps<T, 1, true>(true) * 32, 0) != cudaSuccess) {
-            cudaGetLastError();
-            return 0;
-        }
-        return ctas;
-    }();
-    return n;
-}
-
-template <DType T>
-void swiglu_qx_launch(const TensorView& w_gate, const TensorView& w_up, const QxView& x, const TensorView& out,
-                      const QxView& qx_out, cudaStream_t stream) {
-    const int64_t n_out = w_gate.ne[1];
-    GemvQxArgs args{quant_matrix<T>(w_gate.data, w_gate.ne[0], w_gate.ne[1]),
-                    quant_matrix<T>(w_up.data, w_up.ne[0], w_up.ne[1]),
-                    x, nullptr, out.data, out.type, n_out, 1, 0, 1,
-                    gemv_early_flags(w_gate.n_bytes() + w_up.n_bytes()), {}};
-    args.qx_out = qx_out;
-    launch_pdl(gemv_swiglu_qx_kernel<T>, static_cast<unsigned>(n_out / 32), gemv_warps<T, 1, true>(true) * 32, 0,
-               stream, args);
-}
-}  // namespace
-
-void set_swiglu_qx_mode(int mode) { g_swiglu_qx = mode >= 0 && mode <= 2 ? mode : -1; }
-
-bool swiglu_writes_qx(DType type, int64_t n_in, int64_t n_out, int64_t n_rows, bool batch_invariant) {
-    static const int from_env = std::clamp(env_int("MVLLM_SWIGLU_QX", 1), 0, 2);
-    const int mode = g_swiglu_qx >= 0 ? g_swiglu_qx : from_env;
-    if (mode == 0 || n_rows != 1 || batch_invariant || n_out % 32 != 0 || n_in % 32 != 0) return false;
-    // The streaming GEMV's types keep it (launch_gemv_stream).
-    const int stream_mode = gemv_stream_mode();
-    if (stream_mode == 2 || (stream_mode == 1 && gemv_stream_preferred(type))) return false;
-    // Q4_0 and Q8_0: the K-quant pairs spill at 64 registers (Q4_K 228 bytes, Q6_K 520).
-    int ctas_per_sm = 0;
-    switch (type) {
-        case DType::Q4_0: ctas_per_sm = swiglu_qx_ctas_per_sm<DType::Q4_0>(); break;
-        case DType::Q8_0: ctas_per_sm = swiglu_qx_ctas_per_sm<DType::Q8_0>(); break;
-        default: return false;
-    }
-    // Rows whole for the 4-warp kernel too (no K split), so both forms give the same sums.
-    if (ctas_per_sm == 0 || gemv_one_column_k_split(type, n_in, n_out, true) != 1) return false;
-    return mode == 2 || n_out / 32 <= static_cast<int64_t>(sm_count_now()) * ctas_per_sm;
-}
-
-bool launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,
-                           const TensorView& out, cudaStream_t stream, bool batch_invariant, const QxView* qx_out) {
+void launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,
+                           const TensorView& out, cudaStream_t stream, bool batch_invariant) {
     MVLLM_CHECK(w_gate.type == w_up.type && w_gate.ne == w_up.ne && w_gate.ne[0] == qx.n_in &&
                 out.ne[0] == w_gate.ne[1] && out.ne[1] == qx.n_rows)
         << "gemv_qx_swiglu shapes";
-    if (qx_out && swiglu_writes_qx(w_gate.type, qx.n_in, w_gate.ne[1], qx.n_rows, batch_invariant)) {
-        MVLLM_CHECK(qx_out->n_in == out.ne[0] && qx_out->n_rows == 1) << "gemv_qx_swiglu QX shape";
-        if (w_gate.type == DType::Q4_0) swiglu_qx_launch<DType::Q4_0>(w_gate, w_up, qx, out, *qx_out, stream);
-        else swiglu_qx_launch<DType::Q8_0>(w_gate, w_up, qx, out, *qx_out, stream);
-        MVLLM_CUDA_LAUNCH_CHECK();
-        return true;
-    }
     gemv_qx_dispatch<true>(w_gate, &w_up, qx, nullptr, out.data, out.type, w_gate.ne[1], 0, stream, batch_invariant);
-    return false;
 }
 
 void launch_gemv_float(const TensorView& w, const TensorView& x, const TensorView& bias, const TensorView& out,

@@ -77,18 +77,8 @@ void launch_qkv_stack_gemv(const TensorView& wqk, const TensorView& wv, const Qx
 void launch_gemv_qx(const TensorView& w, const QxView& qx, const TensorView& bias, const TensorView& out,
                     GemvEpilogue epilogue, cudaStream_t stream, bool batch_invariant = false);
 // out = silu(W_gate x) * (W_up x) (out: F32 / F16 / BF16), both weights of one quantised type.
-// With qx_out, where swiglu_writes_qx allows, the kernel also writes *qx_out = QX(out) (the
-// quantiser's bits, so the down projection needs no quantisation kernel); returns whether it did.
-bool launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,
-                           const TensorView& out, cudaStream_t stream, bool batch_invariant = false,
-                           const QxView* qx_out = nullptr);
-// Whether that SwiGLU launch writes its output's QX: one column outside batch-invariant mode, rows
-// whole in 32-row blocks and within a lane's items (no K split, so the sums are the 4-warp
-// kernel's), Q4_0 or Q8_0 weights (not taken by the streaming GEMV), and (MVLLM_SWIGLU_QX=1, the default) a
-// grid of n_out / 32 CTAs that are all resident at once; =2 at any grid, =0 never.
-bool swiglu_writes_qx(DType type, int64_t n_in, int64_t n_out, int64_t n_rows, bool batch_invariant);
-// Test hook: MVLLM_SWIGLU_QX's mode for later launches (-1: back to the environment's).
-void set_swiglu_qx_mode(int mode);
+void launch_gemv_qx_swiglu(const TensorView& w_gate, const TensorView& w_up, const QxView& qx,
+                           const TensorView& out, cudaStream_t stream, bool batch_invariant = false);
 // Test hook: the register GEMV's K split (1, 2 or 4; anything else: back to its rule).
 void set_gemv_k_split(int ks);
 // The warps per row (K split) the register GEMV takes for one token column of a quantised W

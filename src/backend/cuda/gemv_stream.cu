@@ -235,6 +235,18 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) gemv_stream_kernel(Strea
     }
 }
 
+int sm_count_now() {
+    static const int n = [] {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+            cudaGetLastError();
+            return 0;
+        }
+        return v;
+    }();
+    return n;
+}
+
 template <DType T, bool kPair, int KI>
 void launch_typed(const GemvStreamPlan& p, const TensorView& wv, const TensorView& wv2, const QxView& x,
                   const float* bias, void* out, DType out_type, int accumulate, cudaStream_t stream) {
@@ -287,18 +299,6 @@ void launch_pair(const GemvStreamPlan& p, const TensorView& w, const TensorView&
 }
 
 }  // namespace
-
-int sm_count_now() {
-    static const int n = [] {
-        int dev = 0, v = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-            cudaGetLastError();
-            return 0;
-        }
-        return v;
-    }();
-    return n;
-}
 
 GemvStreamPlan gemv_stream_plan(DType type, int64_t n_in, int64_t n_out, bool pair, int n_sms, bool forced) {
     const TypeInfo ti = type_info(type);

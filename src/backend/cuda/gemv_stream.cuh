@@ -54,9 +54,6 @@ GemvStreamPlan gemv_stream_plan(DType type, int64_t n_in, int64_t n_out, bool pa
 // The weight types it runs by default (where it measured faster than the register GEMV): Q6_K.
 bool gemv_stream_preferred(DType type);
 
-// The device's SM count (0 where it cannot be read), read once.
-int sm_count_now();
-
 // MVLLM_GEMV_STREAM: 0 never, 1 preferred types where the plan's rules say (default), 2 every
 // quantised type wherever it applies.
 int gemv_stream_mode();

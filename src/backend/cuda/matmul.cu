@@ -154,7 +154,6 @@ MatmulScratch::~MatmulScratch() {
     if (weight) cudaFree(weight);
     if (input) cudaFree(input);
     if (qx) cudaFree(qx);
-    if (qx_out) cudaFree(qx_out);
     if (partial) cudaFree(partial);
 }
 
@@ -200,11 +199,6 @@ void launch_matmul_stacked(const TensorView& w1, const TensorView& w2, const Ten
 QxView ensure_qx(MatmulScratch& scratch, int64_t n_in, int64_t n_rows) {
     ensure(&scratch.qx, &scratch.qx_bytes, qx_bytes(n_in, n_rows));
     return qx_view(scratch.qx, n_in, n_rows);
-}
-
-QxView ensure_qx_out(MatmulScratch& scratch, int64_t n_in, int64_t n_rows) {
-    ensure(&scratch.qx_out, &scratch.qx_out_bytes, qx_bytes(n_in, n_rows));
-    return qx_view(scratch.qx_out, n_in, n_rows);
 }
 
 void launch_matmul(const TensorView& w, const void* w_f16, const TensorView& x, const TensorView& bias, const TensorView& out,

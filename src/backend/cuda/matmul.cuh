@@ -53,8 +53,6 @@ struct MatmulScratch {
     size_t input_bytes = 0;
     void* qx = nullptr;      // QX of the GEMV input (gemv.cuh)
     size_t qx_bytes = 0;
-    void* qx_out = nullptr;  // QX of the one-column SwiGLU GEMV's output (its input's is in qx)
-    size_t qx_out_bytes = 0;
     void* partial = nullptr;  // split-K partial tiles of the quantised GEMM (gemm_tiles.cuh)
     size_t partial_bytes = 0;
     GemmTuner* tuner = nullptr;  // the F16 GEMMs through cuBLASLt (gemm_tuned.cuh); null: cublasGemmEx
@@ -78,8 +76,6 @@ void launch_matmul_stacked(const TensorView& w1, const TensorView& w2, const Ten
 
 // The scratch QX buffer for n_rows x n_in (grown on demand; growth synchronises the device).
 QxView ensure_qx(MatmulScratch& scratch, int64_t n_in, int64_t n_rows);
-// The same for the QX a SwiGLU GEMV writes of its output (launch_gemv_qx_swiglu).
-QxView ensure_qx_out(MatmulScratch& scratch, int64_t n_in, int64_t n_rows);
 
 // Dequantises a whole weight matrix (any supported type) to F16 or F32 rows (out: same ne).
 void launch_dequantize(const TensorView& w, const TensorView& out, cudaStream_t stream);
