@@ -79,13 +79,16 @@ int decode_flags(bool batch_invariant, int32_t n_rows, int32_t n_parts, int ctas
         const char* v = std::getenv("MVLLM_ATTN_CLUSTER_EXIT");
         return v && std::strcmp(v, "full") == 0 ? mma_decode::kClusterFullExit : 0;
     }();
+    static const int cluster_sync = (env_int("MVLLM_ATTN_CLUSTER_FENCE", 0) ? mma_decode::kClusterSharedFence : 0) |
+                                    (env_int("MVLLM_ATTN_DSMEM_LD", 0) ? mma_decode::kDsmemLoads : 0);
     static const bool row_splits = env_on("MVLLM_ATTN_ROW_SPLITS");
     static const bool prefetch_q = env_int("MVLLM_ATTN_PREFETCH_Q", 1) != 0;
     constexpr int kTriggers[] = {0, mma_decode::kTriggerAfterQ, mma_decode::kTriggerAfterTiles,
                                  mma_decode::kTriggerAfterMerge, mma_decode::kTriggerAtExit};
     const int mode = decode_trigger_mode(n_rows, n_parts, ctas_per_sm, next);
     const int trigger = mode >= 0 && mode < 5 ? kTriggers[mode] : 0;
-    return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | merge | fence | cluster_exit | trigger |
+    return (early_loads() & kEarlyAttention ? mma_decode::kEarlyTiles : 0) | merge | fence | cluster_exit | cluster_sync |
+           trigger |
            (prefetch_q ? mma_decode::kPrefetchQ : 0) |
            (row_splits && !batch_invariant ? mma_decode::kRowSplits : 0);
 }

@@ -90,18 +90,42 @@ __device__ __forceinline__ void store_part(float* part_o, float* part_ml, int64_
 // to drain before the others may leave; otherwise a full cluster.sync (arrive.release), the
 // earlier form, for A/B measurements. Timeline builds mark 11 (first barrier passed) and 12 (the
 // items stored) in thread 0.
+// shared_fence: the first barrier publishes only shared memory (the values the others read are in
+// this CTA's shared memory): a release fence restricted to shared::cta and a relaxed arrival, then
+// an acquire fence restricted to shared::cluster after the wait, instead of cluster.sync's release
+// arrival, which also orders the CTA's earlier global stores (the new token's K/V) at cluster scope.
+// dsmem_loads: the others' values load through 32-bit shared::cluster addresses (mapa + ld.shared::
+// cluster) instead of generic pointers. Both measured as switches (bench/NOTES.md, fifty-second
+// session); the arithmetic and its order are the same either way.
+// The float at `p` (this CTA's shared memory) in the shared memory of the cluster's CTA `rank`.
+__device__ __forceinline__ float load_cluster_shared(const float* p, int rank) {
+    const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+    uint32_t remote;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+
 template <int HD>
 __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s_max, const float* s_sum,
                                               int32_t n_g, int32_t n_active, int64_t head_row0, bool final,
                                               void* out, DType out_type, const QxView& qx, float* part_o,
                                               float* part_ml, int32_t n_parts, int32_t part, bool relaxed_exit,
-                                              Timeline& tl) {
+                                              bool shared_fence, bool dsmem_loads, Timeline& tl) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     const int32_t size = static_cast<int32_t>(cluster.num_blocks());
     const int32_t n_mine = min(size, n_active - part * size);  // this part's active splits
-    cluster.sync();
+    if (shared_fence) {
+        asm volatile("fence.release.sync_restrict::shared::cta.cluster;\n" ::: "memory");
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+        asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+        asm volatile("fence.acquire.sync_restrict::shared::cluster.cluster;\n" ::: "memory");
+    } else {
+        cluster.sync();
+    }
     tl.mark(11);
     const int32_t stride = size * static_cast<int32_t>(blockDim.x);
     for (int32_t idx = static_cast<int32_t>(cluster.block_rank() * blockDim.x + threadIdx.x); idx < n_g * HD;
@@ -111,9 +135,15 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
 #pragma unroll
         for (int s = 0; s < kMaxClusterSplits; ++s) {
             const bool on = s < n_mine;
-            ms[s] = on ? *cluster.map_shared_rank(s_max + head, s) : -INFINITY;
-            ls[s] = on ? *cluster.map_shared_rank(s_sum + head, s) : 0.0f;
-            os[s] = on ? *cluster.map_shared_rank(o_cta + idx, s) : 0.0f;
+            if (dsmem_loads) {
+                ms[s] = on ? load_cluster_shared(s_max + head, s) : -INFINITY;
+                ls[s] = on ? load_cluster_shared(s_sum + head, s) : 0.0f;
+                os[s] = on ? load_cluster_shared(o_cta + idx, s) : 0.0f;
+            } else {
+                ms[s] = on ? *cluster.map_shared_rank(s_max + head, s) : -INFINITY;
+                ls[s] = on ? *cluster.map_shared_rank(s_sum + head, s) : 0.0f;
+                os[s] = on ? *cluster.map_shared_rank(o_cta + idx, s) : 0.0f;
+            }
         }
         float mx = -INFINITY;
 #pragma unroll
