@@ -8,21 +8,22 @@ C=${C:-.carry/s52b}
 s40_setup $C
 xz -dc $C/mvllm-atl.xz > bin/mvllm-atl && chmod +x bin/mvllm-atl
 B="MVLLM_ATTN_CLUSTER_FENCE=1 MVLLM_ATTN_DSMEM_LD=1"
-# test_cuda in full with both switches on (the code a default flip would run)
-env $B timeout 200 bin/test_cuda > $R/test_cuda_both.log 2>&1
-echo "test_cuda both rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/test_cuda_both.log | tr '\n' ' ')"; grep -E "FAILED|Failure" $R/test_cuda_both.log | head -20
-q4_models
+mkdir -p /tmp/mvllm-models
+timeout 100 bin/mvllm make-model $M5 --preset qwen2.5-0.5b --type q4_0 > /dev/null 2>&1; echo "0.5B model rc=$?"
 for round in 1 2; do
   dec def_05_128_$round bin/mvllm $M5 128
   dec both_05_128_$round bin/mvllm $M5 128 $B
 done
-dec fence_05_128_1 bin/mvllm $M5 128 MVLLM_ATTN_CLUSTER_FENCE=1
-dec dsmem_05_128_1 bin/mvllm $M5 128 MVLLM_ATTN_DSMEM_LD=1
+# test_cuda in full with both switches on (the code a default flip would run)
+env $B timeout 200 bin/test_cuda > $R/test_cuda_both.log 2>&1
+echo "test_cuda both rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/test_cuda_both.log | tr '\n' ' ')"; grep -E "FAILED|Failure" $R/test_cuda_both.log | head -20
 dec def_05_4096 bin/mvllm $M5 4096
 dec both_05_4096 bin/mvllm $M5 4096 $B
-dec def_7_4096 bin/mvllm $M7 4096
-dec both_7_4096 bin/mvllm $M7 4096 $B
-QUICK_KV=f16 quick_rows b1_def bin/mvllm
-QUICK_KV=f16 quick_rows b1_both bin/mvllm $B
 atl05 128 def 8
 atl05 128 both 8 $B
+export QUICK_CONTEXTS=128,4096 QUICK_KV=f16
+quick_rows b1_def bin/mvllm
+quick_rows b1_both bin/mvllm $B
+timeout 150 bin/mvllm make-model $M7 --preset qwen2.5-7b --type q4_0 > /dev/null 2>&1; echo "7B model rc=$?"
+dec def_7_4096 bin/mvllm $M7 4096
+dec both_7_4096 bin/mvllm $M7 4096 $B

@@ -95,8 +95,11 @@ __device__ __forceinline__ void store_part(float* part_o, float* part_ml, int64_
 // an acquire fence restricted to shared::cluster after the wait, instead of cluster.sync's release
 // arrival, which also orders the CTA's earlier global stores (the new token's K/V) at cluster scope.
 // dsmem_loads: the others' values load through 32-bit shared::cluster addresses (mapa + ld.shared::
-// cluster) instead of generic pointers. Both measured as switches (bench/NOTES.md, fifty-second
-// session); the arithmetic and its order are the same either way.
+// cluster) instead of generic pointers. Both are the default (MVLLM_ATTN_CLUSTER_FENCE=0 and
+// MVLLM_ATTN_DSMEM_LD=0 turn them off): on an H100 the first barrier went from 1.36 to 0.90 us
+// in the 0.5B's step after 128 tokens, batch-1 decode +2.5-2.9 % there and +1.2 % after 4K, the
+// 7B +1.3 % after 4K (bench/NOTES.md, fifty-second session). The arithmetic and its order are
+// the same either way, so are the bits.
 // The float at `p` (this CTA's shared memory) in the shared memory of the cluster's CTA `rank`.
 __device__ __forceinline__ float load_cluster_shared(const float* p, int rank) {
     const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(p));
