@@ -1,0 +1,16 @@
+# The fifty-second session's third call (bench/NOTES.md): which of call 2's two switches the
+# items phase's +0.24 us belongs to: the shared-memory fences alone against both (the
+# shared::cluster loads added), 0.5B q4_0 after 128 tokens, two rounds, then the timeline of the
+# fences alone. .carry/s52c (git-ignored): mvllm.xz and mvllm-atl.xz as .carry/s52b (f50789c's
+# code, the switches set explicitly), lib.txz as .carry/s51a.
+. bench/s40_common.sh
+C=${C:-.carry/s52c}
+s40_setup $C
+xz -dc $C/mvllm-atl.xz > bin/mvllm-atl && chmod +x bin/mvllm-atl
+mkdir -p /tmp/mvllm-models
+timeout 100 bin/mvllm make-model $M5 --preset qwen2.5-0.5b --type q4_0 > /dev/null 2>&1; echo "0.5B model rc=$?"
+for round in 1 2; do
+  dec both_05_128_$round bin/mvllm $M5 128 MVLLM_ATTN_CLUSTER_FENCE=1 MVLLM_ATTN_DSMEM_LD=1
+  dec fence_05_128_$round bin/mvllm $M5 128 MVLLM_ATTN_CLUSTER_FENCE=1 MVLLM_ATTN_DSMEM_LD=0
+done
+atl05 128 fence 8 MVLLM_ATTN_CLUSTER_FENCE=1 MVLLM_ATTN_DSMEM_LD=0
