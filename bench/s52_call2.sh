@@ -6,10 +6,9 @@
 . bench/s40_common.sh
 C=${C:-.carry/s52b}
 s40_setup $C
-xz -dc $C/mvllm-atl.xz > bin/mvllm-atl && chmod +x bin/mvllm-atl
+atl_unpack $C
 B="MVLLM_ATTN_CLUSTER_FENCE=1 MVLLM_ATTN_DSMEM_LD=1"
-mkdir -p /tmp/mvllm-models
-timeout 100 bin/mvllm make-model $M5 --preset qwen2.5-0.5b --type q4_0 > /dev/null 2>&1; echo "0.5B model rc=$?"
+model05
 for round in 1 2; do
   dec def_05_128_$round bin/mvllm $M5 128
   dec both_05_128_$round bin/mvllm $M5 128 $B
