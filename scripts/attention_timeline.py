@@ -6,7 +6,8 @@ Each record is one CTA: %globaltimer (ns) and clock64 at fourteen marks: 0 entry
 2 early loads issued, 3 griddepcontrol.wait over, 4 Q fragments built (its last value back), 5 tiles
 done, 6 the CTA's warps merged (partials stored), 7 split counted or cluster merge done, 8 final
 merge done (0 when this CTA did not merge), 9 the tiles left for after the wait issued, 10 the
-first Q value back, 11 the cluster merge's first barrier passed, 12 its items stored (0 where not
+first Q value back, 11 the cluster merge's first barrier passed, 12 its items stored, 13 (builds
+from session 52) thread 0's remote values of its item back, before its stores (0 where not
 reached; builds before session 47 used 11-13 for probes of Q's inputs, which sat on the chain).
 Records of one launch share a K-cache pointer; a launch is split from the
 next one with the same pointer by a gap in its start times.
@@ -55,7 +56,7 @@ PHASES = [  # name, from mark, to mark
     ("metadata", 0, 1), ("early_loads", 1, 2), ("q", 3, 4), ("q_issue", 3, 9), ("q_first", 9, 10),
     ("q_rest", 10, 4), ("tiles", 4, 5),
     ("warp_merge", 5, 6), ("split_count", 6, 7), ("final_merge", 7, 8),
-    ("cm_barrier", 6, 11), ("cm_items", 11, 12), ("cm_exit", 12, 7),
+    ("cm_barrier", 6, 11), ("cm_items", 11, 12), ("cm_loads", 11, 13), ("cm_stores", 13, 12), ("cm_exit", 12, 7),
 ]
 
 

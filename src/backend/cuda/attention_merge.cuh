@@ -88,8 +88,8 @@ __device__ __forceinline__ void store_part(float* part_o, float* part_ml, int64_
 // relaxed_exit: the second barrier's arrival is relaxed (it orders nothing: the remote values it
 // guards were consumed by the stores already issued), so that a CTA does not wait for its stores
 // to drain before the others may leave; otherwise a full cluster.sync (arrive.release), the
-// earlier form, for A/B measurements. Timeline builds mark 11 (first barrier passed) and 12 (the
-// items stored) in thread 0.
+// earlier form, for A/B measurements. Timeline builds mark 11 (first barrier passed), 13 (its
+// item's remote values back and merged) and 12 (the items stored) in thread 0.
 // shared_fence: the first barrier publishes only shared memory (the values the others read are in
 // this CTA's shared memory): a release fence restricted to shared::cta and a relaxed arrival, then
 // an acquire fence restricted to shared::cluster after the wait, instead of cluster.sync's release
@@ -159,6 +159,7 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
             sum += ls[s] * c;
             o += os[s] * c;
         }
+        tl.mark_after(13, o + sum);  // the remote values are back (timeline builds)
         if (final) store_out(out, out_type, qx, (head_row0 + head) * HD + idx % HD, o / sum);
         else store_part(part_o, part_ml, head_row0 + head, n_parts, part, HD, idx % HD, o, mx, sum);
     }

@@ -18,7 +18,8 @@ namespace mvllm::cuda::mma_decode {
 constexpr int kTimelineMarks = 14;  // entry, metadata, early loads issued, wait over, Q ready, tiles done,
                                     // partials stored, split counted, merged, the tiles after the wait
                                     // issued, the first Q value back, then in the cluster merge its
-                                    // first barrier passed and its items stored (13: unused)
+                                    // first barrier passed, its items stored (12) and, before
+                                    // that, thread 0's remote values back (13)
 struct TimelineRecord {
     uint64_t kc;  // the layer's K cache (tells launches apart)
     uint32_t sm, x, y, z;
