@@ -78,6 +78,20 @@ __device__ __forceinline__ void store_part(float* part_o, float* part_ml, int64_
     }
 }
 
+// The float at `p` (this CTA's shared memory) in the shared memory of the cluster's CTA `rank`.
+__device__ __forceinline__ float load_cluster_shared(const float* p, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+    uint32_t remote;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+#else
+    return rank == 0 ? *p : 0.0f;  // no clusters before sm_90 (cluster_merge compiles to nothing there)
+#endif
+}
+
 // Every CTA of a cluster (one per split of the part, rank = split % cluster size) holds its merged
 // but unnormalised o [n_g][HD] in `o_cta` and the heads' (max, sum) in s_max / s_sum. After a
 // cluster barrier the CTAs merge the part's active splits, each for a slice of the (head, dim)
@@ -99,17 +113,7 @@ __device__ __forceinline__ void store_part(float* part_o, float* part_ml, int64_
 // MVLLM_ATTN_DSMEM_LD=0 turn them off): on an H100 the first barrier went from 1.36 to 0.90 us
 // in the 0.5B's step after 128 tokens, batch-1 decode +2.5-2.9 % there and +1.2 % after 4K, the
 // 7B +1.3 % after 4K (bench/NOTES.md, fifty-second session). The arithmetic and its order are
-// the same either way, so are the bits.
-// The float at `p` (this CTA's shared memory) in the shared memory of the cluster's CTA `rank`.
-__device__ __forceinline__ float load_cluster_shared(const float* p, int rank) {
-    const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-    uint32_t remote;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-    return v;
-}
-
+// the same either way.
 template <int HD>
 __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s_max, const float* s_sum,
                                               int32_t n_g, int32_t n_active, int64_t head_row0, bool final,
