@@ -78,21 +78,17 @@ __device__ __forceinline__ void store_part(float* part_o, float* part_ml, int64_
     }
 }
 
-// The float at `p` (this CTA's shared memory) in the shared memory of the cluster's CTA `rank` when
-// `on`, else `off`. The load is predicated rather than branched around: with a branch per load,
-// the merge's remote loads may each wait for the one before (the fifty-third session's timeline
-// put 1.8 us between the first barrier and thread 0's values, ~12 DSMEM round trips in a row).
-__device__ __forceinline__ float load_cluster_shared(bool on, const float* p, int rank, float off) {
+// The float at `p` (this CTA's shared memory) in the shared memory of the cluster's CTA `rank`.
+__device__ __forceinline__ float load_cluster_shared(const float* p, int rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(p));
     uint32_t remote;
-    float v = off;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(on ? rank : 0));
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p ld.shared::cluster.f32 %0, [%1];\n}"
-                 : "+f"(v) : "r"(remote), "r"(static_cast<int>(on)) : "memory");
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
     return v;
 #else
-    return on && rank == 0 ? *p : off;  // no clusters before sm_90 (cluster_merge compiles to nothing there)
+    return rank == 0 ? *p : 0.0f;  // no clusters before sm_90 (cluster_merge compiles to nothing there)
 #endif
 }
 
@@ -147,9 +143,9 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
         for (int s = 0; s < kMaxClusterSplits; ++s) {
             const bool on = s < n_mine;
             if (dsmem_loads) {
-                ms[s] = load_cluster_shared(on, s_max + head, s, -INFINITY);
-                ls[s] = load_cluster_shared(on, s_sum + head, s, 0.0f);
-                os[s] = load_cluster_shared(on, o_cta + idx, s, 0.0f);
+                ms[s] = on ? load_cluster_shared(s_max + head, s) : -INFINITY;
+                ls[s] = on ? load_cluster_shared(s_sum + head, s) : 0.0f;
+                os[s] = on ? load_cluster_shared(o_cta + idx, s) : 0.0f;
             } else {
                 ms[s] = on ? *cluster.map_shared_rank(s_max + head, s) : -INFINITY;
                 ls[s] = on ? *cluster.map_shared_rank(s_sum + head, s) : 0.0f;
