@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cooperative_groups.h>
+#include <cuda/ptx>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -175,6 +176,106 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
     } else {
         cluster.sync();  // the loads above have returned: the other CTAs may leave
     }
+#endif
+}
+
+// ---- the cluster merge by pushes (kClusterPush) ----------------------------------------------------
+// The form above pulls: every CTA reads each item's values from all the cluster's shared memories
+// after a full barrier, and a second barrier keeps them alive until read. This one pushes: each
+// CTA but rank 0 (the cluster's first split, always active) sends its unnormalised o and its
+// heads' (max, sum) into rank 0's shared memory with st.async, which completes on an mbarrier
+// there; rank 0 waits for the bytes, merges every item from its own shared memory and stores the
+// output, and the senders leave as soon as their stores are issued. The senders wait only for
+// rank 0 to say that its receive area (where its warps merged: free once its own o is in o_cta) is
+// free; they announce themselves at the kernel's entry (cluster_push_enter). The arithmetic and
+// its order (split by split) are cluster_merge's. Only where the cluster's result is the output
+// (one part) and the senders' values fit the warps' merge area (push_fits).
+// The floats a sender's values take in rank 0's receive area: o [n_g][HD], then (max, sum) pairs.
+__host__ __device__ constexpr int32_t push_stride(int32_t n_g, int hd) { return n_g * hd + 2 * n_g; }
+__host__ __device__ constexpr bool push_fits(int32_t cluster, int32_t n_g, int hd, size_t area_floats) {
+    return static_cast<size_t>(cluster - 1) * push_stride(n_g, hd) <= area_floats;
+}
+// At the kernel's entry, before any other cluster barrier: rank 0 initialises the mbarrier the
+// senders' bytes complete on, the other CTAs arrive at the barrier that rank 0 completes once its
+// receive area is free (cluster_push_merge).
+__device__ __forceinline__ void cluster_push_enter(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cooperative_groups::this_cluster().block_rank() == 0) {
+        if (threadIdx.x == 0) {
+            mbar_init(bar, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        }
+    } else {
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+    }
+#endif
+}
+// o_cta / s_max / s_sum: this CTA's merged o and heads' (max, sum), as cluster_merge takes them;
+// area: rank 0's receive area (the warps' merge area, free once o_cta is written and the CTA has
+// passed a barrier since). Returns in every CTA; only rank 0 has stored anything.
+template <int HD>
+__device__ __forceinline__ void cluster_push_merge(const float* o_cta, const float* s_max, const float* s_sum,
+                                                   float* area, uint64_t* bar, int32_t n_g, int32_t n_active,
+                                                   int64_t head_row0, void* out, DType out_type, const QxView& qx,
+                                                   Timeline& tl) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int32_t rank = static_cast<int32_t>(cluster.block_rank());
+    const int32_t n_mine = min(static_cast<int32_t>(cluster.num_blocks()), n_active);
+    const int32_t stride = push_stride(n_g, HD);
+    if (rank != 0) {
+        asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // rank 0's area is free
+        tl.mark(11);
+        if (rank >= n_mine) return;  // an idle split of an active cluster: nothing to send
+        float* dst = cluster.map_shared_rank(area + (rank - 1) * stride, 0);
+        uint64_t* rbar = cluster.map_shared_rank(bar, 0);
+        for (int32_t idx = static_cast<int32_t>(threadIdx.x); idx < n_g * HD; idx += static_cast<int32_t>(blockDim.x))
+            ::cuda::ptx::st_async(dst + idx, o_cta[idx], rbar);
+        if (static_cast<int32_t>(threadIdx.x) < n_g)
+            ::cuda::ptx::st_async(reinterpret_cast<float2*>(dst + n_g * HD) + threadIdx.x,
+                                make_float2(s_max[threadIdx.x], s_sum[threadIdx.x]), rbar);
+        tl.mark(12);
+        return;
+    }
+    // Rank 0: its area is free (its caller passed a barrier after the warps' merge).
+    asm volatile("fence.release.sync_restrict::shared::cta.cluster;\n" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+    if (threadIdx.x == 0)
+        mbar_arrive_expect_tx(bar, static_cast<uint32_t>((n_mine - 1) * stride * sizeof(float)));
+    while (!::cuda::ptx::mbarrier_try_wait_parity(::cuda::ptx::sem_acquire, ::cuda::ptx::scope_cluster, bar, 0u)) {
+    }
+    tl.mark(11);
+    for (int32_t idx = static_cast<int32_t>(threadIdx.x); idx < n_g * HD; idx += static_cast<int32_t>(blockDim.x)) {
+        const int head = idx / HD;
+        float ms[kMaxClusterSplits], ls[kMaxClusterSplits], os[kMaxClusterSplits];
+        ms[0] = s_max[head], ls[0] = s_sum[head], os[0] = o_cta[idx];
+#pragma unroll
+        for (int s = 1; s < kMaxClusterSplits; ++s) {
+            const bool on = s < n_mine;
+            const float* src = area + (s - 1) * stride;
+            ms[s] = on ? src[n_g * HD + 2 * head] : -INFINITY;
+            ls[s] = on ? src[n_g * HD + 2 * head + 1] : 0.0f;
+            os[s] = on ? src[idx] : 0.0f;
+        }
+        float mx = -INFINITY;
+#pragma unroll
+        for (int s = 0; s < kMaxClusterSplits; ++s) mx = fmaxf(mx, ms[s]);
+        float sum = 0.0f, o = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kMaxClusterSplits; ++s) {
+            if (s >= n_mine) break;
+            const float c = exp2_or_zero(ms[s], mx);
+            sum += ls[s] * c;
+            o += os[s] * c;
+        }
+        tl.mark_after(13, o + sum);
+        store_out(out, out_type, qx, (head_row0 + head) * HD + idx % HD, o / sum);
+    }
+    tl.mark(12);
+    // No exit barrier: nothing reads this CTA's shared memory from outside, and every sender's
+    // bytes have landed.
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // this phase's arrivals (all in)
 #endif
 }
 
