@@ -9,13 +9,13 @@ s40_setup $C
 atl_unpack $C
 timeout 60 $C/cluster_merge_probe 33 > $R/probe.txt 2>&1; echo "probe rc=$?"; cat $R/probe.txt
 P=MVLLM_ATTN_CLUSTER_PUSH=1
-env $P timeout 250 bin/test_cuda > $R/test_cuda_push.log 2>&1
-echo "test_cuda push rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/test_cuda_push.log | tr '\n' ' ')"; grep -E "FAILED|Failure" $R/test_cuda_push.log | head -20
 model05
 for round in 1 2; do
   dec pull_05_128_$round bin/mvllm $M5 128
   dec push_05_128_$round bin/mvllm $M5 128 $P
 done
+env $P timeout 250 bin/test_cuda > $R/test_cuda_push.log 2>&1
+echo "test_cuda push rc=$? $(grep -E '^\[  (PASSED|FAILED)' $R/test_cuda_push.log | tr '\n' ' ')"; grep -E "FAILED|Failure" $R/test_cuda_push.log | head -20
 dec pull_05_4096 bin/mvllm $M5 4096
 dec push_05_4096 bin/mvllm $M5 4096 $P
 atl05 128 push 8 $P
