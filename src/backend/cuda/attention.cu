@@ -60,8 +60,7 @@ int32_t min_split_tokens(int warps) {
 // split merge in place of the warp merge (MVLLM_ATTN_MERGE=chunked) or its 8-part groups
 // (MVLLM_ATTN_MERGE=x8), the split count's earlier fences (MVLLM_ATTN_FENCE=sc), the cluster
 // merge's full exit barrier (MVLLM_ATTN_CLUSTER_EXIT=full), its first barrier's full release
-// arrival (MVLLM_ATTN_CLUSTER_FENCE=0) and its generic remote loads (MVLLM_ATTN_DSMEM_LD=0), the
-// one-part cluster merge by pushes into the first CTA (MVLLM_ATTN_CLUSTER_PUSH=1), where it lets
+// arrival (MVLLM_ATTN_CLUSTER_FENCE=0), where it lets
 // the next kernel launch (decode_trigger_mode), and each row's context spread over all the splits
 // unless batch-invariant (MVLLM_ATTN_ROW_SPLITS=0: fixed positions; measurements only), L2
 // prefetches of Q's inputs before the wait (on by default; MVLLM_ATTN_PREFETCH_Q=0 turns them off:
@@ -81,9 +80,7 @@ int decode_flags(bool batch_invariant, int32_t n_rows, int32_t n_parts, int ctas
         const char* v = std::getenv("MVLLM_ATTN_CLUSTER_EXIT");
         return v && std::strcmp(v, "full") == 0 ? mma_decode::kClusterFullExit : 0;
     }();
-    static const int cluster_sync = (env_int("MVLLM_ATTN_CLUSTER_FENCE", 1) ? mma_decode::kClusterSharedFence : 0) |
-                                    (env_int("MVLLM_ATTN_DSMEM_LD", 1) ? mma_decode::kDsmemLoads : 0) |
-                                    (env_int("MVLLM_ATTN_CLUSTER_PUSH", 0) ? mma_decode::kClusterPush : 0);
+    static const int cluster_sync = env_int("MVLLM_ATTN_CLUSTER_FENCE", 1) ? mma_decode::kClusterSharedFence : 0;
     static const bool row_splits = env_on("MVLLM_ATTN_ROW_SPLITS");
     static const bool prefetch_q = env_int("MVLLM_ATTN_PREFETCH_Q", 1) != 0;
     constexpr int kTriggers[] = {0, mma_decode::kTriggerAfterQ, mma_decode::kTriggerAfterTiles,

@@ -14,7 +14,6 @@
 #pragma once
 
 #include <cooperative_groups.h>
-#include <cuda/ptx>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -79,20 +78,6 @@ __device__ __forceinline__ void store_part(float* part_o, float* part_ml, int64_
     }
 }
 
-// The float at `p` (this CTA's shared memory) in the shared memory of the cluster's CTA `rank`.
-__device__ __forceinline__ float load_cluster_shared(const float* p, int rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-    uint32_t remote;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-    return v;
-#else
-    return rank == 0 ? *p : 0.0f;  // no clusters before sm_90 (cluster_merge compiles to nothing there)
-#endif
-}
-
 // Every CTA of a cluster (one per split of the part, rank = split % cluster size) holds its merged
 // but unnormalised o [n_g][HD] in `o_cta` and the heads' (max, sum) in s_max / s_sum. After a
 // cluster barrier the CTAs merge the part's active splits, each for a slice of the (head, dim)
@@ -109,18 +94,18 @@ __device__ __forceinline__ float load_cluster_shared(const float* p, int rank) {
 // this CTA's shared memory): a release fence restricted to shared::cta and a relaxed arrival, then
 // an acquire fence restricted to shared::cluster after the wait, instead of cluster.sync's release
 // arrival, which also orders the CTA's earlier global stores (the new token's K/V) at cluster scope.
-// dsmem_loads: the others' values load through 32-bit shared::cluster addresses (mapa + ld.shared::
-// cluster) instead of generic pointers. Both are the default (MVLLM_ATTN_CLUSTER_FENCE=0 and
-// MVLLM_ATTN_DSMEM_LD=0 turn them off): on an H100 the first barrier went from 1.36 to 0.90 us
-// in the 0.5B's step after 128 tokens, batch-1 decode +2.5-2.9 % there and +1.2 % after 4K, the
-// 7B +1.3 % after 4K (bench/NOTES.md, fifty-second session). The arithmetic and its order are
-// the same either way.
+// This is the default (MVLLM_ATTN_CLUSTER_FENCE=0 turns it off): on an H100 the first barrier went
+// from 1.36 to 0.90 us in the 0.5B's step after 128 tokens, batch-1 decode +2.5-2.9 % there and
+// +1.2 % after 4K, the 7B +1.3 % after 4K (bench/NOTES.md, fifty-second session). The arithmetic
+// and its order are the same either way. The others' values load through generic pointers: loads
+// through 32-bit shared::cluster addresses (mapa + ld.shared::cluster) compile to the same generic
+// loads and measured the same (fifty-third session).
 template <int HD>
 __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s_max, const float* s_sum,
                                               int32_t n_g, int32_t n_active, int64_t head_row0, bool final,
                                               void* out, DType out_type, const QxView& qx, float* part_o,
                                               float* part_ml, int32_t n_parts, int32_t part, bool relaxed_exit,
-                                              bool shared_fence, bool dsmem_loads, Timeline& tl) {
+                                              bool shared_fence, Timeline& tl) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
@@ -143,15 +128,9 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
 #pragma unroll
         for (int s = 0; s < kMaxClusterSplits; ++s) {
             const bool on = s < n_mine;
-            if (dsmem_loads) {
-                ms[s] = on ? load_cluster_shared(s_max + head, s) : -INFINITY;
-                ls[s] = on ? load_cluster_shared(s_sum + head, s) : 0.0f;
-                os[s] = on ? load_cluster_shared(o_cta + idx, s) : 0.0f;
-            } else {
-                ms[s] = on ? *cluster.map_shared_rank(s_max + head, s) : -INFINITY;
-                ls[s] = on ? *cluster.map_shared_rank(s_sum + head, s) : 0.0f;
-                os[s] = on ? *cluster.map_shared_rank(o_cta + idx, s) : 0.0f;
-            }
+            ms[s] = on ? *cluster.map_shared_rank(s_max + head, s) : -INFINITY;
+            ls[s] = on ? *cluster.map_shared_rank(s_sum + head, s) : 0.0f;
+            os[s] = on ? *cluster.map_shared_rank(o_cta + idx, s) : 0.0f;
         }
         float mx = -INFINITY;
 #pragma unroll
@@ -176,106 +155,6 @@ __device__ __forceinline__ void cluster_merge(const float* o_cta, const float* s
     } else {
         cluster.sync();  // the loads above have returned: the other CTAs may leave
     }
-#endif
-}
-
-// ---- the cluster merge by pushes (kClusterPush) ----------------------------------------------------
-// The form above pulls: every CTA reads each item's values from all the cluster's shared memories
-// after a full barrier, and a second barrier keeps them alive until read. This one pushes: each
-// CTA but rank 0 (the cluster's first split, always active) sends its unnormalised o and its
-// heads' (max, sum) into rank 0's shared memory with st.async, which completes on an mbarrier
-// there; rank 0 waits for the bytes, merges every item from its own shared memory and stores the
-// output, and the senders leave as soon as their stores are issued. The senders wait only for
-// rank 0 to say that its receive area (where its warps merged: free once its own o is in o_cta) is
-// free; they announce themselves at the kernel's entry (cluster_push_enter). The arithmetic and
-// its order (split by split) are cluster_merge's. Only where the cluster's result is the output
-// (one part) and the senders' values fit the warps' merge area (push_fits).
-// The floats a sender's values take in rank 0's receive area: o [n_g][HD], then (max, sum) pairs.
-__host__ __device__ constexpr int32_t push_stride(int32_t n_g, int hd) { return n_g * hd + 2 * n_g; }
-__host__ __device__ constexpr bool push_fits(int32_t cluster, int32_t n_g, int hd, size_t area_floats) {
-    return static_cast<size_t>(cluster - 1) * push_stride(n_g, hd) <= area_floats;
-}
-// At the kernel's entry, before any other cluster barrier: rank 0 initialises the mbarrier the
-// senders' bytes complete on, the other CTAs arrive at the barrier that rank 0 completes once its
-// receive area is free (cluster_push_merge).
-__device__ __forceinline__ void cluster_push_enter(uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (cooperative_groups::this_cluster().block_rank() == 0) {
-        if (threadIdx.x == 0) {
-            mbar_init(bar, 1);
-            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        }
-    } else {
-        asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-    }
-#endif
-}
-// o_cta / s_max / s_sum: this CTA's merged o and heads' (max, sum), as cluster_merge takes them;
-// area: rank 0's receive area (the warps' merge area, free once o_cta is written and the CTA has
-// passed a barrier since). Returns in every CTA; only rank 0 has stored anything.
-template <int HD>
-__device__ __forceinline__ void cluster_push_merge(const float* o_cta, const float* s_max, const float* s_sum,
-                                                   float* area, uint64_t* bar, int32_t n_g, int32_t n_active,
-                                                   int64_t head_row0, void* out, DType out_type, const QxView& qx,
-                                                   Timeline& tl) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    const int32_t rank = static_cast<int32_t>(cluster.block_rank());
-    const int32_t n_mine = min(static_cast<int32_t>(cluster.num_blocks()), n_active);
-    const int32_t stride = push_stride(n_g, HD);
-    if (rank != 0) {
-        asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // rank 0's area is free
-        tl.mark(11);
-        if (rank >= n_mine) return;  // an idle split of an active cluster: nothing to send
-        float* dst = cluster.map_shared_rank(area + (rank - 1) * stride, 0);
-        uint64_t* rbar = cluster.map_shared_rank(bar, 0);
-        for (int32_t idx = static_cast<int32_t>(threadIdx.x); idx < n_g * HD; idx += static_cast<int32_t>(blockDim.x))
-            ::cuda::ptx::st_async(dst + idx, o_cta[idx], rbar);
-        if (static_cast<int32_t>(threadIdx.x) < n_g)
-            ::cuda::ptx::st_async(reinterpret_cast<float2*>(dst + n_g * HD) + threadIdx.x,
-                                make_float2(s_max[threadIdx.x], s_sum[threadIdx.x]), rbar);
-        tl.mark(12);
-        return;
-    }
-    // Rank 0: its area is free (its caller passed a barrier after the warps' merge).
-    asm volatile("fence.release.sync_restrict::shared::cta.cluster;\n" ::: "memory");
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-    if (threadIdx.x == 0)
-        mbar_arrive_expect_tx(bar, static_cast<uint32_t>((n_mine - 1) * stride * sizeof(float)));
-    while (!::cuda::ptx::mbarrier_try_wait_parity(::cuda::ptx::sem_acquire, ::cuda::ptx::scope_cluster, bar, 0u)) {
-    }
-    tl.mark(11);
-    for (int32_t idx = static_cast<int32_t>(threadIdx.x); idx < n_g * HD; idx += static_cast<int32_t>(blockDim.x)) {
-        const int head = idx / HD;
-        float ms[kMaxClusterSplits], ls[kMaxClusterSplits], os[kMaxClusterSplits];
-        ms[0] = s_max[head], ls[0] = s_sum[head], os[0] = o_cta[idx];
-#pragma unroll
-        for (int s = 1; s < kMaxClusterSplits; ++s) {
-            const bool on = s < n_mine;
-            const float* src = area + (s - 1) * stride;
-            ms[s] = on ? src[n_g * HD + 2 * head] : -INFINITY;
-            ls[s] = on ? src[n_g * HD + 2 * head + 1] : 0.0f;
-            os[s] = on ? src[idx] : 0.0f;
-        }
-        float mx = -INFINITY;
-#pragma unroll
-        for (int s = 0; s < kMaxClusterSplits; ++s) mx = fmaxf(mx, ms[s]);
-        float sum = 0.0f, o = 0.0f;
-#pragma unroll
-        for (int s = 0; s < kMaxClusterSplits; ++s) {
-            if (s >= n_mine) break;
-            const float c = exp2_or_zero(ms[s], mx);
-            sum += ls[s] * c;
-            o += os[s] * c;
-        }
-        tl.mark_after(13, o + sum);
-        store_out(out, out_type, qx, (head_row0 + head) * HD + idx % HD, o / sum);
-    }
-    tl.mark(12);
-    // No exit barrier: nothing reads this CTA's shared memory from outside, and every sender's
-    // bytes have landed.
-    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // this phase's arrivals (all in)
 #endif
 }
 

@@ -306,9 +306,7 @@ struct NewKv {
 // kTriggerAtExit (no trigger: the next kernel launches as the CTAs exit) are for measurements.
 // kClusterFullExit: the cluster merge leaves through a full cluster.sync instead of a relaxed
 // arrival (cluster_merge; the earlier form, for A/B measurements).
-// kClusterSharedFence / kDsmemLoads: cluster_merge's shared_fence / dsmem_loads.
-// kClusterPush: a one-part cluster merges by pushes into its first CTA (cluster_push_merge) where
-// the senders' values fit that CTA's warp-merge area; otherwise, or without it, cluster_merge.
+// kClusterSharedFence: cluster_merge's shared_fence.
 // kPrefetchQ: before the PDL wait, warp 0 asks L2 for the lines Q's loads after the wait read and
 // the previous kernel does not write (raw: the Q heads' bias and the row's rotations, and in the
 // CTA holding the new token its K/V bias; else q itself), so that they are not HBM misses queued
@@ -319,8 +317,7 @@ struct NewKv {
 // the others to count in, and (spread_merge) where the kernel keeps two CTAs an SM.
 constexpr int kEarlyTiles = 1, kChunkedMerge = 2, kRowSplits = 4, kScFence = 8, kMergeGroup8Flag = 16,
               kTriggerAfterQ = 32, kTriggerAfterTiles = 64, kTriggerAfterMerge = 128, kSpreadMerge = 256,
-              kPrefetchQ = 512, kTriggerAtExit = 1024, kClusterFullExit = 2048, kClusterSharedFence = 4096,
-              kDsmemLoads = 8192, kClusterPush = 16384;
+              kPrefetchQ = 512, kTriggerAtExit = 1024, kClusterFullExit = 2048, kClusterSharedFence = 4096;
 // Q is read once per CTA, each thread a float4 of each input in turn, into shared memory, and every
 // warp builds its fragments from there: eight warps each loading every fragment value themselves
 // (8 head rows a load instruction) took 2.5-3 us after the wait where its lines were in L2 (bench/
@@ -376,11 +373,6 @@ __global__ void __launch_bounds__(W * 32, kMinCtasPerSm<HD, KT, W>)
     // then it takes part in the cluster's barriers (its n_my is 0; the merge reads active splits only).
     if (t_begin >= ctx && (cluster == 1 || static_cast<int32_t>(blockIdx.z) / cluster * cluster * split_tokens >= ctx))
         return;
-    // kClusterPush: decided once here, as the senders announce themselves at entry.
-    const bool push = (flags & kClusterPush) && cluster > 1 && n_splits == cluster &&
-                      push_fits(cluster, n_g, HD, static_cast<size_t>(W) * kHeadTile * (HD + 2));
-    __shared__ __align__(8) uint64_t s_push_bar;
-    if (push) cluster_push_enter(&s_push_bar);
     const int32_t t_end = min(t_begin + split_tokens, ctx);
     const int32_t n_active = (ctx + split_tokens - 1) / split_tokens;
     const int32_t seq = batch.row_seq[row];
@@ -695,17 +687,9 @@ __global__ void __launch_bounds__(W * 32, kMinCtasPerSm<HD, KT, W>)
         tl.flush(kc);
         return;
     }
-    if (push) {  // rank 0 stores the output; the others have sent their values
-        cluster_push_merge<HD>(o_cta, s_max, s_sum, mrg, &s_push_bar, n_g, n_active, head_row0, out, out_type, qx, tl);
-        tl.mark(7);
-        tl.mark(8);
-        tl.flush(kc);
-        return;
-    }
     if (cluster > 1) {
         cluster_merge<HD>(o_cta, s_max, s_sum, n_g, n_active, head_row0, n_parts == 1, out, out_type, qx, part_o,
-                          part_ml, n_parts, part, (flags & kClusterFullExit) == 0, (flags & kClusterSharedFence) != 0,
-                          (flags & kDsmemLoads) != 0, tl);
+                          part_ml, n_parts, part, (flags & kClusterFullExit) == 0, (flags & kClusterSharedFence) != 0, tl);
         if (n_parts == 1) {
             tl.mark(7);
             tl.mark(8);
