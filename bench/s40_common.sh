@@ -23,6 +23,9 @@
 #                           LINES of scripts/attention_timeline.py's summary, as $R/atl_05_PROMPT_NAME.*
 #   ab05 A B ENV            (session 49) the 0.5B q4_0 ($M5) after 128 tokens (two rounds, A and B
 #                           interleaved) and after 4K: runs A with no ENV, B with ENV (dec's names)
+#   tests_env NAME ENV...   (session 53) test_cuda in full with ENV set, as $R/test_cuda_NAME.log
+#   ab_b1_7b A B ENV        (session 53) B1's F16 rows at 128 / 4K of A (no ENV) and B (ENV), then
+#                           the 7B q4_0 file ($M7) after 4K tokens, A then B (dec's names)
 #   tp_short NAME MODEL N [ENV...]  (session 50) `bench throughput`: N requests of 64-token prompts
 #                           generating 128 tokens (every context in the 256 bucket), F16 KV, with ENV
 #                           set; log and JSON as $R/NAME.*
@@ -113,6 +116,19 @@ attn_tests() {
   local log=$R/test_$1.log; shift
   env "$@" timeout 200 bin/test_cuda --gtest_filter="CudaAttention.*" > $log 2>&1
   echo "test_cuda $(basename $log .log) rc=$? $(grep -E '^\[  (PASSED|FAILED)' $log | tr '\n' ' ')"; grep -E "FAILED|Failure" $log | head
+}
+tests_env() {
+  local log=$R/test_cuda_$1.log; shift
+  env "$@" timeout 250 bin/test_cuda > $log 2>&1
+  echo "test_cuda $(basename $log .log) rc=$? $(grep -E '^\[  (PASSED|FAILED)' $log | tr '\n' ' ')"; grep -E "FAILED|Failure" $log | head -20
+}
+ab_b1_7b() {
+  local a=$1 b=$2 e=$3
+  QUICK_CONTEXTS=128,4096 QUICK_KV=f16 quick_rows b1_$a bin/mvllm
+  QUICK_CONTEXTS=128,4096 QUICK_KV=f16 quick_rows b1_$b bin/mvllm $e
+  timeout 150 bin/mvllm make-model $M7 --preset qwen2.5-7b --type q4_0 > /dev/null 2>&1; echo "7B model rc=$?"
+  dec ${a}_7_4096 bin/mvllm $M7 4096
+  dec ${b}_7_4096 bin/mvllm $M7 4096 $e
 }
 ab05() {
   local a=$1 b=$2 e=$3 round

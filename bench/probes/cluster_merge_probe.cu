@@ -40,6 +40,20 @@ __device__ __forceinline__ long long clock_after(float v) {  // clock64 once v h
     return c;
 }
 
+// One item's merge over the splits' (max, sum, o), in the kernel's order.
+__device__ __forceinline__ float merge_item(const float (&ms)[kSize], const float (&ls)[kSize], const float (&os)[kSize]) {
+    float mx = -INFINITY, sum = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kSize; ++s) mx = fmaxf(mx, ms[s]);
+#pragma unroll
+    for (int s = 0; s < kSize; ++s) {
+        const float c = exp2f(ms[s] - mx);
+        sum += ls[s] * c;
+        acc += os[s] * c;
+    }
+    return acc / sum;
+}
+
 template <int M>
 __global__ void __cluster_dims__(kSize, 1, 1) __launch_bounds__(kThreads) probe(float* out, Rec* rec) {
     __shared__ float o[kItems], s_max[8], s_sum[8];
@@ -89,16 +103,7 @@ __global__ void __cluster_dims__(kSize, 1, 1) __launch_bounds__(kThreads) probe(
                 ls[s] = *cl.map_shared_rank(s_sum + head, s);
                 os[s] = *cl.map_shared_rank(o + tid, s);
             }
-            float mx = -INFINITY, sum = 0.0f;
-#pragma unroll
-            for (int s = 0; s < kSize; ++s) mx = fmaxf(mx, ms[s]);
-#pragma unroll
-            for (int s = 0; s < kSize; ++s) {
-                const float c = exp2f(ms[s] - mx);
-                sum += ls[s] * c;
-                acc += os[s] * c;
-            }
-            acc /= sum;
+            acc = merge_item(ms, ls, os);
         }
         t[2] = clock_after(acc);
         out[blockIdx.x * kThreads + tid] = acc;
@@ -138,16 +143,7 @@ __global__ void __cluster_dims__(kSize, 1, 1) __launch_bounds__(kThreads) probe(
                 for (int s = 1; s < kSize; ++s) {
                     ms[s] = recv[s][kItems + 2 * head], ls[s] = recv[s][kItems + 2 * head + 1], os[s] = recv[s][i];
                 }
-                float mx = -INFINITY, sum = 0.0f, acc = 0.0f;
-#pragma unroll
-                for (int s = 0; s < kSize; ++s) mx = fmaxf(mx, ms[s]);
-#pragma unroll
-                for (int s = 0; s < kSize; ++s) {
-                    const float c = exp2f(ms[s] - mx);
-                    sum += ls[s] * c;
-                    acc += os[s] * c;
-                }
-                out[blockIdx.x * kItems + i] = acc / sum;
+                out[blockIdx.x * kItems + i] = merge_item(ms, ls, os);
             }
             t[3] = clock64();
         }
