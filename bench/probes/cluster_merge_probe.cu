@@ -10,6 +10,11 @@
 //   push         each CTA but rank 0 sends its o and (max, sum) into rank 0's shared memory with
 //                st.async, completing on rank 0's mbarrier; rank 0 waits on it, merges all 448
 //                items locally and stores them; the others leave once their stores are issued
+// Then (written after session 53's call 3, for the next one: the kernel's merge takes 1.2-1.9 us
+// where the probe's takes 0.22) the pull with main's fences in the kernel's surroundings:
+//   stagger      rank r spins r x 400 cycles before the merge (the splits' tiles end apart)
+//   noise        a kernel on another stream keeps one CTA on every SM streaming global memory
+//                (as the next kernels' early weight loads do beside the attention in the step)
 // Build: nvcc -O3 -std=c++20 -arch=sm_90 bench/probes/cluster_merge_probe.cu -o cluster_merge_probe
 // Run:   ./cluster_merge_probe [clusters]   (medians over 2,000 launches, rank 0 and rank 1)
 #include <cooperative_groups.h>
@@ -55,7 +60,7 @@ __device__ __forceinline__ float merge_item(const float (&ms)[kSize], const floa
 }
 
 template <int M>
-__global__ void __cluster_dims__(kSize, 1, 1) __launch_bounds__(kThreads) probe(float* out, Rec* rec) {
+__global__ void __cluster_dims__(kSize, 1, 1) __launch_bounds__(kThreads) probe(float* out, Rec* rec, int stagger) {
     __shared__ float o[kItems], s_max[8], s_sum[8];
     __shared__ __align__(16) float recv[kSize][kItems + kMl];
     __shared__ __align__(8) uint64_t bar;
@@ -71,6 +76,11 @@ __global__ void __cluster_dims__(kSize, 1, 1) __launch_bounds__(kThreads) probe(
     // This CTA's partial result (the kernel's warp merge leaves it in shared memory).
     for (int i = tid; i < kItems; i += kThreads) o[i] = 0.001f * (i + 1) * (rank + 1);
     if (tid < kHeads) s_max[tid] = 0.1f * rank + tid, s_sum[tid] = 1.0f + rank;
+    if (stagger > 0) {
+        const long long until = clock64() + static_cast<long long>(stagger) * rank;
+        while (clock64() < until) {
+        }
+    }
     __syncthreads();
     long long t[4] = {clock64(), 0, 0, 0};
     if constexpr (M == kPullFull || M == kPullFenced || M == kChain || M == kChainLocal) {
@@ -154,13 +164,29 @@ __global__ void __cluster_dims__(kSize, 1, 1) __launch_bounds__(kThreads) probe(
     }
 }
 
+// One CTA an SM streams `buf` (float4s) with L2-only loads until `ns` nanoseconds have passed.
+__global__ void __launch_bounds__(512) noise(const float4* buf, size_t n, float* sink, unsigned long long ns) {
+    unsigned long long t0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    float acc = 0.0f;
+    for (size_t i = blockIdx.x * blockDim.x + threadIdx.x;; i += gridDim.x * blockDim.x) {
+        if (i >= n) i %= gridDim.x * blockDim.x;
+        const float4 v = __ldcg(buf + i);
+        acc += v.x + v.w;
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 > ns) break;
+    }
+    if (acc == 1.2345f) *sink = acc;
+}
+
 template <int M>
-void run(int clusters, int launches, float* out, Rec* rec) {
+void run(int clusters, int launches, float* out, Rec* rec, int stagger = 0, const char* tag = "") {
     const int n = clusters * kSize;
     std::vector<Rec> h(n);
     std::vector<long long> d[2][3];
     for (int l = 0; l < launches; ++l) {
-        probe<M><<<n, kThreads>>>(out, rec);
+        probe<M><<<n, kThreads>>>(out, rec, stagger);
         cudaMemcpy(h.data(), rec, n * sizeof(Rec), cudaMemcpyDeviceToHost);
         if (l < 20) continue;  // warm-up
         for (int b = 0; b < n; ++b) {
@@ -177,8 +203,8 @@ void run(int clusters, int launches, float* out, Rec* rec) {
         std::sort(v.begin(), v.end());
         return v.empty() ? -1LL : v[v.size() / 2];
     };
-    std::printf("%-12s clusters %3d | rank 0: entry %5lld  values %5lld  exit %5lld | rank 1: entry %5lld  values %5lld  exit %5lld cycles\n",
-                kNames[M], clusters, med(d[0][0]), med(d[0][1]), med(d[0][2]), med(d[1][0]), med(d[1][1]), med(d[1][2]));
+    std::printf("%-12s%-14s clusters %3d | rank 0: entry %5lld  values %5lld  exit %5lld | rank 1: entry %5lld  values %5lld  exit %5lld cycles\n",
+                kNames[M], tag, clusters, med(d[0][0]), med(d[0][1]), med(d[0][2]), med(d[1][0]), med(d[1][1]), med(d[1][2]));
 }
 
 int main(int argc, char** argv) {
@@ -195,6 +221,24 @@ int main(int argc, char** argv) {
         run<kChain>(clusters, 2000, out, rec);
         run<kChainLocal>(clusters, 2000, out, rec);
         run<kPush>(clusters, 2000, out, rec);
+        run<kPullFenced>(clusters, 2000, out, rec, 400, " stagger");
+    }
+    // The same beside a kernel that streams global memory from every SM (another stream, so the
+    // probe's launches and copies on the legacy stream do not wait for it).
+    int n_sms = 0;
+    cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0);
+    const size_t n4 = (size_t{1} << 30) / sizeof(float4);
+    float4* buf;
+    cudaMalloc(&buf, n4 * sizeof(float4));
+    cudaMemset(buf, 0, n4 * sizeof(float4));
+    cudaStream_t side;
+    cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+    for (int clusters : {1, argc > 1 ? std::atoi(argv[1]) : 33}) {
+        noise<<<n_sms, 512, 0, side>>>(buf, n4, out, 400'000'000ull);
+        run<kPullFenced>(clusters, 2000, out, rec, 0, " noise");
+        run<kPullFenced>(clusters, 2000, out, rec, 400, " noise+stagger");
+        run<kPush>(clusters, 2000, out, rec, 0, " noise");
+        cudaStreamSynchronize(side);
     }
     return 0;
 }
