@@ -76,7 +76,7 @@ def main():
 
 # Runs of the whole B1 table with the torch anchor in the same call (attn_b1.json, attn_anchor_torch.json).
 B1_RUNS = ['h100/session39/call5', 'h100/session40/call5', 'h100/session40/call7', 'h100/session40/call9',
-           'h200/session41/call3', 'h100/session41/call7', 'h100/session41/call11', 'h100/session50/call3']
+           'h200/session41/call3', 'h100/session41/call7', 'h100/session41/call11', 'h100/session50/call3', 'h200/session54/call1']
 
 
 def plot_b1(run):
@@ -101,7 +101,7 @@ def plot_b1(run):
 
 
 # Folders holding one whole B2 / B3 / B5 sweep (bench/cuda_decode_sweep.sh) of one call: b3.svg there.
-SWEEP_RUNS = ['h100/session42/call3', 'h100/session50/call2']
+SWEEP_RUNS = ['h100/session42/call3', 'h100/session50/call2', 'h200/session54/call1']
 
 
 def plot_b3(folder, card):
