@@ -185,7 +185,16 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     const bool one_wave = n_ctas <= (cluster > 1 ? cluster_slots : static_cast<int64_t>(n_sms) * ctas_per_sm);
     const int flags = decode_flags(batch_invariant, batch.n_tokens, n_parts, ctas_per_sm, next) |
                       (spread_merge(n_parts, one_wave, ctas_per_sm) ? mma_decode::kSpreadMerge : 0);
-    launch_pdl_clustered(mma_decode::decode_kernel<HD, KT, W, Tma>, grid, W * 32, kShared, stream, dim3(1, 1, cluster),
+    // MVLLM_ATTN_MIN_SMEM=bytes (measurements only): ask for at least that much shared memory a
+    // CTA, so that no SM can take two of the launch's CTAs (over half an SM's: 116,000).
+    static const size_t smem = [] {
+        const size_t bytes = std::max(mma_decode::shared_bytes<HD, KT, W, Tma>(),
+                                      static_cast<size_t>(env_int("MVLLM_ATTN_MIN_SMEM", 0)));
+        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+        return bytes;
+    }();
+    launch_pdl_clustered(mma_decode::decode_kernel<HD, KT, W, Tma>, grid, W * 32, smem, stream, dim3(1, 1, cluster),
                          batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
                          static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits,
                          out.data, out.type, part_o, part_ml, counters, rows, flags, cluster, qx, maps, raw);
