@@ -1,25 +1,25 @@
 # The fifty-fourth session's third call (bench/NOTES.md): call 2's timeline showed the one-split,
-# 8-warp plan's two CTAs on one SM in the step (median 2 sharing; the default's 8 CTAs: 0). Does the
-# plan win B1's 1.27 us back once no SM can take two of them? MVLLM_ATTN_MIN_SMEM=120000 (a
-# measurement switch of this binary) asks for over half an SM's shared memory a CTA.
-# 0.5B q4_0 after 128 tokens, two rounds, then the timeline of the spread plan and B1's rows.
-# .carry/s54c (git-ignored): mvllm.xz and mvllm-atl.xz (-DMVLLM_ATTN_TIMELINE=ON) built from this
-# commit, lib.txz as .carry/s52d.
+# 8-warp plan's two CTAs on one SM in the step (median 2 sharing; the default's 8 CTAs: 0). This
+# binary makes that plan the default for one row at the 256 bucket at head_dim 64, asking for over
+# half an SM's shared memory a CTA so that no SM takes two (one_row_spread; MVLLM_ATTN_ONE_SPREAD=0
+# restores the 4-split cluster plan). 0.5B q4_0 after 128 tokens, two rounds: new, old, the one
+# split unspread, new with the trigger after the merge; the new plan's timeline; B1's F16 rows at
+# 128 / 256; test_cuda in full on the new default.
+# .carry/s54c (git-ignored): mvllm.xz, test_cuda.xz and mvllm-atl.xz (-DMVLLM_ATTN_TIMELINE=ON) built
+# from this commit, lib.txz as .carry/s52d.
 . bench/s40_common.sh
 C=${C:-.carry/s54c}
 s40_setup $C
 atl_unpack $C
 model05
-S1="MVLLM_ATTN_SPLITS=1 MVLLM_ATTN_WARPS=8"
 for round in 1 2; do
-  dec def_05_128_$round bin/mvllm $M5 128
-  dec s1w8_05_128_$round bin/mvllm $M5 128 $S1
-  dec s1w8sp_05_128_$round bin/mvllm $M5 128 $S1 MVLLM_ATTN_MIN_SMEM=120000
-  dec s1w8spt3_05_128_$round bin/mvllm $M5 128 $S1 MVLLM_ATTN_MIN_SMEM=120000 MVLLM_ATTN_TRIGGER=3
-  dec defsp_05_128_$round bin/mvllm $M5 128 MVLLM_ATTN_MIN_SMEM=120000
+  dec new_05_128_$round bin/mvllm $M5 128
+  dec old_05_128_$round bin/mvllm $M5 128 MVLLM_ATTN_ONE_SPREAD=0
+  dec s1w8_05_128_$round bin/mvllm $M5 128 MVLLM_ATTN_ONE_SPREAD=0 MVLLM_ATTN_SPLITS=1 MVLLM_ATTN_WARPS=8
+  dec newt3_05_128_$round bin/mvllm $M5 128 MVLLM_ATTN_TRIGGER=3
 done
-atl05 128 s1w8sp 8 $S1 MVLLM_ATTN_MIN_SMEM=120000
+atl05 128 new 8
 export QUICK_CONTEXTS=128,256 QUICK_KV=f16
-quick_rows b1_def bin/mvllm
-quick_rows b1_s1w8 bin/mvllm $S1
-quick_rows b1_s1w8sp bin/mvllm $S1 MVLLM_ATTN_MIN_SMEM=120000
+quick_rows b1_new bin/mvllm
+quick_rows b1_old bin/mvllm MVLLM_ATTN_ONE_SPREAD=0
+s40_tests
