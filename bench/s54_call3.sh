@@ -5,8 +5,9 @@
 # restores the 4-split cluster plan). 0.5B q4_0 after 128 tokens, two rounds: new, old, the one
 # split unspread, new with the trigger after the merge; the new plan's timeline; B1's F16 rows at
 # 128 / 256; test_cuda in full on the new default.
-# .carry/s54c (git-ignored): mvllm.xz, test_cuda.xz and mvllm-atl.xz (-DMVLLM_ATTN_TIMELINE=ON) built
-# from this commit, lib.txz as .carry/s52d.
+# Not run in session 54 (no device time left); main keeps the old rule. The binary is main with
+# bench/s54_one_row_spread.patch applied (git apply). .carry/s54c (git-ignored): mvllm.xz,
+# test_cuda.xz and mvllm-atl.xz (-DMVLLM_ATTN_TIMELINE=ON) built so, lib.txz as .carry/s52d.
 . bench/s40_common.sh
 C=${C:-.carry/s54c}
 s40_setup $C

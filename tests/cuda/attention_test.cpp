@@ -246,14 +246,13 @@ TEST(CudaAttention, DecodePlanClustersShortSplitsInOneWave) {
 }
 
 // The decode kernel's shape: 4 warps where a batch's (row, KV head) pairs fill the SMs at short
-// contexts; for one row at the shortest bucket, one split of 8 warps at any head_dim (at 64, the
-// 0.5B, each CTA on an SM of its own: one_row_spread), and one split for any batch of two rows or
-// more there; otherwise 8 warps and plan_decode's splits.
+// contexts; for one row at the shortest bucket, 4 warps at head_dim 64 (the 0.5B) and one split at
+// head_dim 128 (the 7B), and one split for any batch of two rows or more there; otherwise 8 warps
+// and plan_decode's splits.
 TEST(CudaAttention, DecodeShapeRulesAtShortContexts) {
-    if (std::getenv("MVLLM_ATTN_WARPS") || std::getenv("MVLLM_ATTN_SHORT") || std::getenv("MVLLM_ATTN_SHORT_BATCH") ||
-        std::getenv("MVLLM_ATTN_ONE_SPREAD"))
+    if (std::getenv("MVLLM_ATTN_WARPS") || std::getenv("MVLLM_ATTN_SHORT") || std::getenv("MVLLM_ATTN_SHORT_BATCH"))
         GTEST_SKIP() << "the rules under test are overridden by the environment";
-    EXPECT_EQ(cuda::decode_warps(1, 2, 256, 64, 132), 8);     // 0.5B, batch 1, bucket 256: one split, spread
+    EXPECT_EQ(cuda::decode_warps(1, 2, 256, 64, 132), 4);     // 0.5B, batch 1, bucket 256
     EXPECT_EQ(cuda::decode_warps(1, 2, 512, 64, 132), 8);     // the next bucket
     EXPECT_EQ(cuda::decode_warps(1, 4, 256, 128, 132), 8);    // 7B: one split instead
     EXPECT_EQ(cuda::decode_warps(2, 2, 256, 64, 132), 8);     // two rows: not measured, the old rule
@@ -262,8 +261,7 @@ TEST(CudaAttention, DecodeShapeRulesAtShortContexts) {
     EXPECT_TRUE(cuda::decode_one_split(1, 256, 128));
     EXPECT_TRUE(cuda::decode_one_split(1, 160, 128));
     EXPECT_FALSE(cuda::decode_one_split(1, 512, 128));
-    EXPECT_TRUE(cuda::decode_one_split(1, 256, 64));    // one 0.5B row: spread over two SMs
-    EXPECT_FALSE(cuda::decode_one_split(1, 512, 64));
+    EXPECT_FALSE(cuda::decode_one_split(1, 256, 64));   // one 0.5B row: the 4-warp cluster
     EXPECT_TRUE(cuda::decode_one_split(3, 256, 128));
     EXPECT_TRUE(cuda::decode_one_split(2, 256, 64));
     EXPECT_TRUE(cuda::decode_one_split(16, 256, 64));

@@ -185,21 +185,7 @@ void decode_launch(const DeviceBatch& batch, const DeviceKvLayer& kv, const Tens
     const bool one_wave = n_ctas <= (cluster > 1 ? cluster_slots : static_cast<int64_t>(n_sms) * ctas_per_sm);
     const int flags = decode_flags(batch_invariant, batch.n_tokens, n_parts, ctas_per_sm, next) |
                       (spread_merge(n_parts, one_wave, ctas_per_sm) ? mma_decode::kSpreadMerge : 0);
-    // One row in one split with CTAs that two fit an SM: ask for over half an SM's shared memory,
-    // so that each CTA gets an SM of its own (one_row_spread).
-    static const size_t spread_smem = [] {
-        int device = 0, per_sm = 0;
-        MVLLM_CUDA_CHECK(cudaGetDevice(&device));
-        MVLLM_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-        const size_t bytes = std::max(mma_decode::shared_bytes<HD, KT, W, Tma>(), static_cast<size_t>(per_sm / 2 + 1));
-        MVLLM_CUDA_CHECK(cudaFuncSetAttribute(mma_decode::decode_kernel<HD, KT, W, Tma>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-        return bytes;
-    }();
-    const bool spread = one_row_spread() && decode_rows == 1 && split.n_splits == 1 && ctas_per_sm > 1 &&
-                        n_ctas < n_sms && !batch_invariant;
-    const size_t smem = spread ? spread_smem : kShared;
-    launch_pdl_clustered(mma_decode::decode_kernel<HD, KT, W, Tma>, grid, W * 32, smem, stream, dim3(1, 1, cluster),
+    launch_pdl_clustered(mma_decode::decode_kernel<HD, KT, W, Tma>, grid, W * 32, kShared, stream, dim3(1, 1, cluster),
                          batch, static_cast<const KT*>(kv.k), static_cast<const KT*>(kv.v), kv.n_kv_heads,
                          static_cast<const float*>(q.data), n_heads, scale_log2, split.split_tokens, split.n_splits,
                          out.data, out.type, part_o, part_ml, counters, rows, flags, cluster, qx, maps, raw);

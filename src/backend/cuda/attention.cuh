@@ -131,14 +131,6 @@ int decode_warps(int32_t n_rows, int32_t n_kv_heads, int32_t max_context, int32_
 // MVLLM_ATTN_SHORT=0 turns the rule off; MVLLM_ATTN_SHORT_BATCH=0 keeps it to the one-row case
 // (the earlier rule, for A/B measurements). Host rule, no GPU needed.
 bool decode_one_split(int32_t n_rows, int32_t max_context, int32_t head_dim);
-// One row at the shortest bucket takes one split of 8 warps a KV head at every head_dim, each CTA on
-// an SM of its own: at head_dim 64 two such CTAs (99 KB each) fit one SM, and in the step, beside the
-// QKV GEMV's CTAs, both landed on the same one (median 2 of 2 sharing) and took 1.06 us longer
-// than the 4-split cluster plan, where B1 (nothing beside them) had them 1.27 us faster (bench/NOTES.md,
-// fifty-fourth session). The launch asks for over half an SM's shared memory for such a plan
-// (decode_launch), so no SM can take two. MVLLM_ATTN_ONE_SPREAD=0: the earlier 4-warp cluster
-// plan at head_dim <= 64. Host rule, no GPU needed.
-bool one_row_spread();
 // What the stream runs after an attention launch, for the decode kernel's trigger rule: the model's
 // output projection (a matmul: the default), or another attention launch (`bench attention`, B1).
 enum class AttentionNext { Matmul, Attention };

@@ -94,20 +94,14 @@ int decode_warps(int32_t n_rows, int32_t n_kv_heads, int32_t max_context, int32_
     static const int forced = env_int("MVLLM_ATTN_WARPS", 0);
     if (forced == 4 || forced == 8) return forced;
     if (static_cast<int64_t>(n_rows) * n_kv_heads >= n_sms && max_context <= kFourWarpsMaxContext) return 4;
-    if (short_rules_on() && n_rows == 1 && head_dim <= 64 && max_context <= kShortBucket)
-        return one_row_spread() ? 8 : 4;
+    if (short_rules_on() && n_rows == 1 && head_dim <= 64 && max_context <= kShortBucket) return 4;
     return 8;
 }
 
 bool decode_one_split(int32_t n_rows, int32_t max_context, int32_t head_dim) {
     static const bool batches = env_int("MVLLM_ATTN_SHORT_BATCH", 1) != 0;
     if (!short_rules_on() || max_context > kShortBucket || n_rows < 1) return false;
-    return n_rows >= 2 ? batches : head_dim >= 128 || one_row_spread();
-}
-
-bool one_row_spread() {
-    static const bool on = env_int("MVLLM_ATTN_ONE_SPREAD", 1) != 0;
-    return on;
+    return n_rows >= 2 ? batches : head_dim >= 128;
 }
 
 int decode_trigger_mode(int32_t n_rows, int32_t n_parts, int ctas_per_sm, AttentionNext next) {
