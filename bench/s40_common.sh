@@ -15,6 +15,7 @@
 #   q4_models               make-model the q4_0 files of both geometries: $M5 (0.5B), $M7 (7B)
 #   model05                 (session 52) make-model the 0.5B q4_0 file ($M5) only
 #   atl_unpack DIR          (session 52) DIR/mvllm-atl.xz (a -DMVLLM_ATTN_TIMELINE=ON build) as bin/mvllm-atl
+#   atl05_setup DIR         (session 54) s40_setup DIR, atl_unpack DIR and model05: a 0.5B timeline call's start
 #   dec NAME BIN MODEL PROMPT [ENV...]  batch-1 `BIN bench decode` (F16 KV, 127 steps, two runs)
 #                           after PROMPT tokens with ENV set; log and JSON as $R/NAME.*
 #   attn_tests NAME ENV...  (session 47) test_cuda's attention tests with ENV set, as $R/test_NAME.log
@@ -87,6 +88,7 @@ model05() {
   timeout 100 bin/mvllm make-model $M5 --preset qwen2.5-0.5b --type q4_0 > /dev/null 2>&1; echo "0.5B model rc=$?"
 }
 atl_unpack() { xz -dc "$1/mvllm-atl.xz" > bin/mvllm-atl && chmod +x bin/mvllm-atl; }
+atl05_setup() { s40_setup "$1"; atl_unpack "$1"; model05; }
 dec() {
   local name=$1 bin=$2 m=$3 p=$4; shift 4
   env "$@" timeout 60 $bin bench decode -m $m --device cuda --kv-dtype f16 --prompt-len $p -n 127 --repeat 2 \

@@ -6,10 +6,7 @@
 # mvllm-atl.xz (-DMVLLM_ATTN_TIMELINE=ON) built from 8693c3c (both on by default; the
 # rows set the switches explicitly), lib.txz as .carry/s51a.
 . bench/s40_common.sh
-C=${C:-.carry/s52d}
-s40_setup $C
-atl_unpack $C
-model05
+atl05_setup ${C:-.carry/s52d}
 for round in 1 2; do
   dec both_05_128_$round bin/mvllm $M5 128 MVLLM_ATTN_CLUSTER_FENCE=1 MVLLM_ATTN_DSMEM_LD=1
   dec fence_05_128_$round bin/mvllm $M5 128 MVLLM_ATTN_CLUSTER_FENCE=1 MVLLM_ATTN_DSMEM_LD=0

@@ -9,10 +9,7 @@
 # bench/s54_one_row_spread.patch applied (git apply). .carry/s54c (git-ignored): mvllm.xz,
 # test_cuda.xz and mvllm-atl.xz (-DMVLLM_ATTN_TIMELINE=ON) built so, lib.txz as .carry/s52d.
 . bench/s40_common.sh
-C=${C:-.carry/s54c}
-s40_setup $C
-atl_unpack $C
-model05
+atl05_setup ${C:-.carry/s54c}
 for round in 1 2; do
   dec new_05_128_$round bin/mvllm $M5 128
   dec old_05_128_$round bin/mvllm $M5 128 MVLLM_ATTN_ONE_SPREAD=0
