@@ -11,8 +11,9 @@ for preset in qwen2.5-0.5b qwen2.5-7b; do
     [ -f $f ] || timeout 150 $B make-model $f --preset $preset --type $type > "$LOG/make_${preset}_${type}.log" 2>&1 ||
       { echo "make-model $preset $type failed"; continue; }
     # B3: 127 decode steps after prompts of 128 .. 32768 tokens. B5 (pp512): the 512 row runs three
-    # times and its median prefill is the figure (a single run's prefill is the first, cold one:
-    # cuBLASLt's algorithm timing and the first graphs are in it).
+    # times and its median prefill is the figure. Each row's first run is an untimed warm-up (bench
+    # decode --warmup 1, from session 54 on): before it, a single run's figures were the cold ones,
+    # with cuBLASLt's algorithm timing and the first graphs in them.
     for p in 128 512 1024 2048 4096 16384 32768; do
       [ $type = q4_k_m ] && [ $p -ne 128 ] && [ $p -ne 2048 ] && [ $p -ne 32768 ] && continue
       rep=1; [ $p -eq 512 ] && rep=3

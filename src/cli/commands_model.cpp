@@ -116,6 +116,7 @@ struct BenchDecodeArgs {
     int prompt_len = 128;
     int n_predict = 127;
     int repeat = 1;
+    int warmup = 1;
     std::string json_out;
 };
 
@@ -143,12 +144,17 @@ int cmd_bench_decode(const BenchDecodeArgs& a) {
     std::fprintf(stderr, "model: %s\nbackend: %s\n", c.summary().c_str(), rt->backend->name().c_str());
     nlohmann::json runs = nlohmann::json::array();
     std::vector<double> prefill_tps, decode_tps;
-    for (int r = 0; r < a.repeat; ++r) {
+    // The first `warmup` runs are the same work, untimed (as llama-bench's warm-up run): on the GPU
+    // they record the step graphs of each context bucket and time cuBLASLt's algorithms, which a
+    // first run would otherwise count (on the H200, ~5 % of a B3 decode figure and 9-30x of a pp512
+    // one: bench/NOTES.md, fifty-fourth session).
+    for (int r = 0; r < a.warmup + a.repeat; ++r) {
         SequenceRunner runner(*rt->decoder, *rt->cache, a.run.prefill_chunk);
         std::vector<int32_t> out;
         GenerationTimings t;
         // n_predict decode steps: the greedy loop runs n + 1 tokens (the first comes from prefill).
         if (Status st = runner.greedy(prompt, a.n_predict + 1, &out, &t); !st) return fail(st);
+        if (r < a.warmup) continue;
         prefill_tps.push_back(t.n_prompt / t.prefill_seconds);
         decode_tps.push_back(t.n_decoded / t.decode_seconds);
         runs.push_back({{"prefill_tok_s", prefill_tps.back()}, {"decode_tok_s", decode_tps.back()}});
@@ -176,7 +182,7 @@ int cmd_bench_decode(const BenchDecodeArgs& a) {
             {"decode_steps", a.n_predict}, {"threads", a.run.threads}, {"attention", a.run.attention},
             {"activation_dtype", a.run.activation_dtype}, {"kv_dtype", kv},
             {"kv_block_size", a.run.kv_block_size}, {"fed_tokens_on_device", rt->backend->embeds_fed_tokens()},
-            {"runs", runs},
+            {"warmup_runs", a.warmup}, {"runs", runs},
             {"prefill_tok_s_median", median(prefill_tps)}, {"decode_tok_s_median", median(decode_tps)},
             {"peak_rss_mib", rss_peak}, {"rss_growth_mib", rss_peak - rss_loaded}};
         std::ofstream(a.json_out) << j.dump(2) << "\n";
@@ -214,7 +220,8 @@ void register_model_commands(CLI::App& app) {
     add_run_options(bd, &bench.run);
     bd->add_option("--prompt-len", bench.prompt_len, "prompt tokens")->check(CLI::Range(1, 1 << 20));
     bd->add_option("-n,--n-predict", bench.n_predict, "decode steps")->check(CLI::Range(1, 1 << 20));
-    bd->add_option("--repeat", bench.repeat, "runs (median reported)")->check(CLI::Range(1, 100));
+    bd->add_option("--repeat", bench.repeat, "timed runs (median reported)")->check(CLI::Range(1, 100));
+    bd->add_option("--warmup", bench.warmup, "untimed runs of the same work first")->check(CLI::Range(0, 10));
     bd->add_option("--json-out", bench.json_out, "write the result as JSON");
     bd->callback([] { std::exit(cmd_bench_decode(bench)); });
 }
