@@ -146,7 +146,7 @@ int cmd_bench_decode(const BenchDecodeArgs& a) {
     std::vector<double> prefill_tps, decode_tps;
     // The first `warmup` runs are the same work, untimed (as llama-bench's warm-up run): on the GPU
     // they record the step graphs of each context bucket and time cuBLASLt's algorithms, which a
-    // first run would otherwise count (on the H200, ~5 % of a B3 decode figure and 9-30x of a pp512
+    // first run would otherwise count (on the H200, 1-5 % of a B3 decode figure and 9-30x of a pp512
     // one: bench/NOTES.md, fifty-fourth session).
     for (int r = 0; r < a.warmup + a.repeat; ++r) {
         SequenceRunner runner(*rt->decoder, *rt->cache, a.run.prefill_chunk);
