@@ -142,7 +142,7 @@ int cmd_bench_decode(const BenchDecodeArgs& a) {
     }
     const double rss_loaded = peak_rss_mib();
     std::fprintf(stderr, "model: %s\nbackend: %s\n", c.summary().c_str(), rt->backend->name().c_str());
-    nlohmann::json runs = nlohmann::json::array();
+    nlohmann::json runs = nlohmann::json::array(), warmup_runs = nlohmann::json::array();
     std::vector<double> prefill_tps, decode_tps;
     // The first `warmup` runs are the same work, untimed (as llama-bench's warm-up run): on the GPU
     // they record the step graphs of each context bucket and time cuBLASLt's algorithms, which a
@@ -154,10 +154,11 @@ int cmd_bench_decode(const BenchDecodeArgs& a) {
         GenerationTimings t;
         // n_predict decode steps: the greedy loop runs n + 1 tokens (the first comes from prefill).
         if (Status st = runner.greedy(prompt, a.n_predict + 1, &out, &t); !st) return fail(st);
+        const double prefill = t.n_prompt / t.prefill_seconds, decode = t.n_decoded / t.decode_seconds;
+        (r < a.warmup ? warmup_runs : runs).push_back({{"prefill_tok_s", prefill}, {"decode_tok_s", decode}});
         if (r < a.warmup) continue;
-        prefill_tps.push_back(t.n_prompt / t.prefill_seconds);
-        decode_tps.push_back(t.n_decoded / t.decode_seconds);
-        runs.push_back({{"prefill_tok_s", prefill_tps.back()}, {"decode_tok_s", decode_tps.back()}});
+        prefill_tps.push_back(prefill);
+        decode_tps.push_back(decode);
     }
     auto median = [](std::vector<double> v) {
         std::sort(v.begin(), v.end());
@@ -182,7 +183,7 @@ int cmd_bench_decode(const BenchDecodeArgs& a) {
             {"decode_steps", a.n_predict}, {"threads", a.run.threads}, {"attention", a.run.attention},
             {"activation_dtype", a.run.activation_dtype}, {"kv_dtype", kv},
             {"kv_block_size", a.run.kv_block_size}, {"fed_tokens_on_device", rt->backend->embeds_fed_tokens()},
-            {"warmup_runs", a.warmup}, {"runs", runs},
+            {"warmup_runs", warmup_runs}, {"runs", runs},
             {"prefill_tok_s_median", median(prefill_tps)}, {"decode_tok_s_median", median(decode_tps)},
             {"peak_rss_mib", rss_peak}, {"rss_growth_mib", rss_peak - rss_loaded}};
         std::ofstream(a.json_out) << j.dump(2) << "\n";
