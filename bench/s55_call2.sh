@@ -45,7 +45,9 @@ for m in $M5 $M7; do
   echo "$n done at $(( $(date +%s) - t0 )) s"
 done
 # 5. The GEMV launch knobs on this card (tuned on the H100 in sessions 23 and 33), after 128 tokens,
-#    two runs each after a warm-up, the default between them.
+#    two runs each after a warm-up, the default between them. Only on an H200 (the H100 is where
+#    they were tuned).
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
 dec k_7_def1 bin/mvllm $M7 128
 dec k_7_tw1024 bin/mvllm $M7 128 MVLLM_GEMV_TARGET_WARPS=1024
 dec k_7_tw4096 bin/mvllm $M7 128 MVLLM_GEMV_TARGET_WARPS=4096
@@ -57,6 +59,7 @@ dec k_05_tw1024 bin/mvllm $M5 128 MVLLM_GEMV_TARGET_WARPS=1024
 dec k_05_tw4096 bin/mvllm $M5 128 MVLLM_GEMV_TARGET_WARPS=4096
 dec k_05_def2 bin/mvllm $M5 128
 echo "knobs done at $(( $(date +%s) - t0 )) s"
+fi
 for m in $M5 $M7; do
   n=$(basename $m .gguf)
   MVLLM_STEP_TIMELINE_OUT=$R/tl_$n.csv timeout 90 bin/mvllm-stl bench decode -m $m --device cuda \
